@@ -1,0 +1,96 @@
+"""The model port: what the core asks of a language model, and what it gets back.
+
+A provider streams one `ModelDelta` per upstream chunk, in arrival order, with
+nothing merged or split. `ModelClient.stream` is an async context manager so
+that leaving the block (normally, by error or by cancellation) closes the
+upstream request at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Effort = Literal["LOW", "MEDIUM", "HIGH"]
+ToolChoice = Literal["auto", "none", "required"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """Whether the model should reason before answering, and how hard."""
+
+    enabled: bool = False
+    effort: Effort = "MEDIUM"
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """One streaming chat-completions call."""
+
+    provider: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: ToolChoice | dict[str, Any] | None = None
+    reasoning: Reasoning = Reasoning()
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    # Context for the interaction log and traces; never sent upstream.
+    run_id: str = ""
+    stage: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts reported by the provider's usage chunk."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """One fragment of a streamed tool call.
+
+    `index` identifies the call within the model turn (parallel calls have
+    different indexes); `id` and `name` arrive on the call's first fragment
+    only; `arguments` is the fragment of JSON text, possibly empty.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDelta:
+    """Everything one upstream chunk carried."""
+
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+class ModelClient(Protocol):
+    """A provider of streaming chat completions."""
+
+    key: str
+
+    def stream(
+        self, request: ModelRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[ModelDelta]]:
+        """Open a streaming call; iterate the deltas inside the `async with` block."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release pooled connections."""
+        ...
