@@ -1,4 +1,4 @@
-"""Generate gen/ from proto/ (messages, gRPC stubs, .pyi stubs); --check fails when gen/ is stale."""
+"""Generate gen/ from proto/ (messages, gRPC and .pyi stubs); --check fails on a stale gen/."""
 
 from __future__ import annotations
 
@@ -49,7 +49,11 @@ def generate(out: Path) -> None:
 
 
 def _tree(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def main() -> None:
@@ -62,7 +66,9 @@ def main() -> None:
         if check:
             fresh, current = _tree(out), _tree(GEN) if GEN.exists() else set()
             stale = sorted(fresh ^ current)
-            stale += sorted(f for f in fresh & current if not filecmp.cmp(out / f, GEN / f, shallow=False))
+            stale += sorted(
+                f for f in fresh & current if not filecmp.cmp(out / f, GEN / f, shallow=False)
+            )
             if stale:
                 sys.exit("gen/ is stale, run `make gen`: " + ", ".join(stale))
             print("gen/ is up to date")

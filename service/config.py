@@ -21,7 +21,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-ReasoningStyle = Literal["reasoning_effort", "enable_thinking", "chat_template_kwargs", "think", "none"]
+ReasoningStyle = Literal[
+    "reasoning_effort", "enable_thinking", "chat_template_kwargs", "think", "none"
+]
 
 
 class ProviderSettings(BaseModel):

@@ -1,0 +1,39 @@
+"""`python -m service`: read settings once, serve until SIGTERM/SIGINT, stop gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from service import logs
+from service.app import App
+from service.config import Settings
+
+log = logging.getLogger("agw")
+
+
+async def serve(settings: Settings, port_file: str | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; write the bound gRPC port to `port_file` once listening."""
+    app = App(settings)
+    await app.start()
+    if port_file:
+        await asyncio.to_thread(Path(port_file).write_text, str(app.grpc.port))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping: draining runs for up to %.1fs", settings.shutdown_grace_s)
+    await app.stop()
+
+
+def main() -> None:
+    settings = Settings()
+    logs.configure(settings.log_level, settings.log_format)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

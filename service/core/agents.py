@@ -1,0 +1,654 @@
+"""Agent definitions: the v2 agent file, its rules, and the config each stage runs with.
+
+An agent is one JSON file in `agents/`; the file name (without `.json`) is its key.
+`load_agent_file` / `parse_agent_text` turn a file into an immutable `AgentDefinition`
+or raise `AgentDefinitionError` naming each offending field and why.
+
+Multi-line prompts. A value of a key whose name ends in `systemPrompt` (any case) may
+be written as `\"\"\"...\"\"\"` (not standard JSON); it is converted to a JSON string before
+parsing, by these rules:
+
+* the text is taken verbatim: quotes, backslashes, tabs and indentation stay as written
+  (no escape sequences are interpreted, no dedent); line endings become `\\n`;
+* if the opening `\"\"\"` is followed only by blanks up to the end of its line, that line
+  break is dropped; if the closing `\"\"\"` is preceded only by blanks since the last line
+  break, that line break and the blanks are dropped;
+* the text ends at the first `\"\"\"`; quotes that directly follow it belong to the text
+  (`\"\"\"say "hi"\"\"\"` is `say "hi"`), so the text cannot contain `\"\"\"` itself.
+
+A JSON syntax error is reported with the line and column of the original file.
+
+Resolution. `AgentDefinition.stage(name)` merges the outer `modelConfig` with the stage's,
+field by field (the stage wins; `reasoning` is merged field by field too), and takes the
+stage's `toolConfig` when the stage has that key (an explicit `null` clears the ordinary
+tools), else the outer one. PLAN_EXECUTE's planning tools are not part of `toolConfig`:
+the runner adds them (`PLAN_ADD_TASKS_TOOL`, `PLAN_UPDATE_TASK_TOOL`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import ComputedFieldInfo, FieldInfo
+from pydantic_core import PydanticCustomError
+
+from service.core.errors import InvalidRequest
+from service.core.model import Effort, Reasoning
+
+Mode = Literal["ONESHOT", "REACT", "PLAN_EXECUTE"]
+Output = Literal["PLAIN", "REASONING_SUMMARY"]
+ToolPolicy = Literal["DISALLOW", "ALLOW", "REQUIRE"]
+Verify = Literal["NONE", "SECOND_PASS_FIX"]
+StageName = Literal["plain", "react", "plan", "execute", "summary"]
+
+PLAN_ADD_TASKS_TOOL = "_plan_add_tasks_"
+PLAN_UPDATE_TASK_TOOL = "_plan_update_task_"
+PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL)
+SCHEMA_FILE_NAME = "agent.schema.json"
+
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+AgentKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+
+# ---------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True, slots=True)
+class AgentIssue:
+    """One problem in an agent file: where (field path and/or position) and why."""
+
+    path: str
+    reason: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.path
+        if self.line is not None:
+            position = f"line {self.line}, column {self.column}"
+            where = f"{where} (at {position})" if where else position
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+class AgentDefinitionError(InvalidRequest):
+    """An agent file is not a valid agent definition; `issues` says where and why."""
+
+    def __init__(self, issues: Sequence[AgentIssue], source: str | None = None) -> None:
+        text = "; ".join(str(issue) for issue in issues)
+        super().__init__(f"{source}: {text}" if source else text, file=source or "")
+        self.issues = tuple(issues)
+        self.source = source
+
+
+# ---------------------------------------------------------------------------------------
+# The file's schema
+
+
+def _title(name: str, info: FieldInfo | ComputedFieldInfo) -> str:
+    return (info.alias if isinstance(info, FieldInfo) else None) or name
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, field_title_generator=_title
+    )
+
+
+class ReasoningConfig(_Strict):
+    """Whether the model reasons before answering, and how hard."""
+
+    enabled: bool = False
+    effort: Effort = "MEDIUM"
+
+
+class ModelConfig(_Strict):
+    """Which model a stage calls, and with what sampling settings."""
+
+    provider_key: str | None = Field(
+        None, alias="providerKey", min_length=1, description="Default: the default provider."
+    )
+    model: str | None = Field(None, min_length=1, description="Default: the provider's model.")
+    reasoning: ReasoningConfig | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, gt=0)
+
+
+class ToolConfig(_Strict):
+    """The ordinary tools a stage may use, by kind."""
+
+    backends: list[ToolName] = Field(default_factory=list)
+    frontends: list[ToolName] = Field(default_factory=list)
+    actions: list[ToolName] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ToolConfig:
+        issues: list[tuple[str, str]] = []
+        seen: dict[str, str] = {}
+        for kind in ("backends", "frontends", "actions"):
+            for index, name in enumerate(getattr(self, kind)):
+                where = f"{kind}[{index}]"
+                if name in PLANNING_TOOLS:
+                    issues.append((where, f"'{name}' is a planning tool the runner adds itself"))
+                elif name in seen:
+                    issues.append((where, f"duplicate tool name '{name}' (see {seen[name]})"))
+                else:
+                    seen[name] = where
+        _raise_issues(issues)
+        return self
+
+
+class _Stage(_Strict):
+    system_prompt: str = Field(alias="systemPrompt", json_schema_extra={"minLength": 1})
+    model_config_: ModelConfig | None = Field(None, alias="modelConfig")
+    tool_config: ToolConfig | None = Field(
+        None, alias="toolConfig", description="Overrides the outer toolConfig; null clears it."
+    )
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class PlainStage(_Stage):
+    """ONESHOT: one answer, tools allowed within that turn."""
+
+
+class ReactStage(_Stage):
+    """REACT: think, call at most one tool, observe; at most `maxSteps` rounds."""
+
+    max_steps: int = Field(6, alias="maxSteps", gt=0)
+
+
+class PlanStage(_Stage):
+    """PLAN_EXECUTE planning: one call, or a reasoning draft first with `deepThinking`."""
+
+    deep_thinking: bool = Field(False, alias="deepThinking")
+
+
+class ExecuteStage(_Stage):
+    """PLAN_EXECUTE execution of each planned task."""
+
+
+class SummaryStage(_Stage):
+    """PLAN_EXECUTE optional final summary."""
+
+
+class PlanExecuteConfig(_Strict):
+    """The stages of PLAN_EXECUTE; `plan` and `execute` are required, `summary` optional."""
+
+    plan: PlanStage | None = None
+    execute: ExecuteStage | None = None
+    summary: SummaryStage | None = None
+
+
+class Budget(_Strict):
+    """Limits of one run; exceeding one ends the run."""
+
+    max_model_calls: int = Field(20, alias="maxModelCalls", gt=0)
+    max_tool_calls: int = Field(10, alias="maxToolCalls", gt=0)
+    max_steps: int = Field(6, alias="maxSteps", gt=0)
+    timeout_ms: int = Field(120_000, alias="timeoutMs", gt=0)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.timeout_ms / 1000
+
+
+# ---------------------------------------------------------------------------------------
+# Resolved stage config
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    """The model settings a stage runs with; None means the provider's default."""
+
+    provider_key: str | None = None
+    model: str | None = None
+    reasoning: Reasoning = field(default_factory=Reasoning)
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTools:
+    """The ordinary tools a stage may use (planning tools excluded)."""
+
+    backends: tuple[str, ...] = ()
+    frontends: tuple[str, ...] = ()
+    actions: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.backends + self.frontends + self.actions
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedStage:
+    """Everything one stage runs with.
+
+    `planning_tools` are the fixed PLAN_EXECUTE tools of the stage (plan:
+    `_plan_add_tasks_`, execute: `_plan_update_task_`), added by the runner.
+    """
+
+    name: StageName
+    system_prompt: str
+    model: ResolvedModel
+    tools: ResolvedTools
+    planning_tools: tuple[str, ...] = ()
+
+
+_MODE_STAGES: dict[str, tuple[StageName, ...]] = {
+    "ONESHOT": ("plain",),
+    "REACT": ("react",),
+    "PLAN_EXECUTE": ("plan", "execute", "summary"),
+}
+_STAGE_PATHS: dict[StageName, str] = {
+    "plain": "plain",
+    "react": "react",
+    "plan": "planExecute.plan",
+    "execute": "planExecute.execute",
+    "summary": "planExecute.summary",
+}
+
+
+def _key_optional(schema: dict[str, Any]) -> None:
+    """In a file `key` may be omitted: it defaults to the file name."""
+    schema["required"] = [name for name in schema["required"] if name != "key"]
+
+
+class AgentDefinition(_Strict):
+    """An agw agent (v2). The file name is the agent key."""
+
+    model_config = ConfigDict(json_schema_extra=_key_optional)
+
+    json_schema_ref: str | None = Field(None, alias="$schema")
+    key: AgentKey = Field(description="Optional; must equal the file name without .json.")
+    name: str = Field("", description="Display name; defaults to the key.")
+    icon: str | None = Field(None, description='e.g. "emoji:🤖"')
+    description: str = ""
+    model_config_: ModelConfig | None = Field(None, alias="modelConfig")
+    tool_config: ToolConfig | None = Field(None, alias="toolConfig")
+    mode: Mode
+    output: Output = "PLAIN"
+    tool_policy: ToolPolicy = Field("ALLOW", alias="toolPolicy")
+    verify: Verify = "NONE"
+    budget: Budget = Field(default_factory=Budget)
+    plain: PlainStage | None = None
+    react: ReactStage | None = None
+    plan_execute: PlanExecuteConfig | None = Field(None, alias="planExecute")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_from_file(cls, data: Any, info: ValidationInfo) -> Any:
+        """Take `key` from the file name when absent, and `name` from the key."""
+        if isinstance(data, dict):
+            file_key = (info.context or {}).get("key")
+            if "key" not in data and file_key is not None:
+                data = {**data, "key": file_key}
+            if "name" not in data and isinstance(data.get("key"), str):
+                data = {**data, "name": data["key"]}
+        return data
+
+    @model_validator(mode="after")
+    def _check_rules(self, info: ValidationInfo) -> AgentDefinition:
+        issues: list[tuple[str, str]] = []
+        file_key = (info.context or {}).get("key")
+        if file_key is not None and self.key != file_key:
+            issues.append(
+                ("key", f"'{self.key}' must equal the file name '{file_key}' (or be omitted)")
+            )
+        needed = [s for s in _MODE_STAGES[self.mode] if s != "summary"]
+        for stage in needed:
+            if self._stage_config(stage) is None:
+                issues.append(
+                    (_STAGE_PATHS[stage], f"is required by mode {self.mode} (with a systemPrompt)")
+                )
+        _raise_issues(issues)
+        return self
+
+    # -- policies and mode settings -----------------------------------------------------
+
+    @property
+    def react_max_steps(self) -> int:
+        """REACT's round limit (`react.maxSteps`, default 6)."""
+        return self.react.max_steps if self.react is not None else 6
+
+    @property
+    def deep_thinking(self) -> bool:
+        """Whether PLAN_EXECUTE plans in two calls (`planExecute.plan.deepThinking`)."""
+        plan = self.plan_execute.plan if self.plan_execute is not None else None
+        return plan.deep_thinking if plan is not None else False
+
+    @property
+    def stage_names(self) -> tuple[StageName, ...]:
+        """The stages this agent's mode runs, in order (summary only when configured)."""
+        return tuple(s for s in _MODE_STAGES[self.mode] if self._stage_config(s) is not None)
+
+    def tool_names(self) -> list[str]:
+        """Every ordinary tool the mode's stages may use, each once, in file order."""
+        names: dict[str, None] = {}
+        for stage in self.stage_names:
+            names.update(dict.fromkeys(self.stage(stage).tools.names))
+        return list(names)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The definition as written (multi-line prompts converted), without `$schema`."""
+        return self.model_dump(
+            mode="json", by_alias=True, exclude_unset=True, exclude={"json_schema_ref"}
+        )
+
+    # -- resolution ---------------------------------------------------------------------
+
+    def has_stage(self, name: StageName) -> bool:
+        return self._stage_config(name) is not None
+
+    def stage(self, name: StageName) -> ResolvedStage:
+        """The config stage `name` runs with; LookupError when the file has no such stage."""
+        config = self._stage_config(name)
+        if config is None:
+            raise LookupError(f"agent {self.key!r} has no {_STAGE_PATHS[name]!r} stage")
+        planning = {"plan": (PLAN_ADD_TASKS_TOOL,), "execute": (PLAN_UPDATE_TASK_TOOL,)}
+        return ResolvedStage(
+            name=name,
+            system_prompt=config.system_prompt,
+            model=_merge_models(self.model_config_, config.model_config_),
+            tools=self._stage_tools(config),
+            planning_tools=planning.get(name, ()),
+        )
+
+    def _stage_config(self, name: StageName) -> _Stage | None:
+        if name == "plain":
+            return self.plain
+        if name == "react":
+            return self.react
+        if self.plan_execute is None:
+            return None
+        stages: dict[str, _Stage | None] = {
+            "plan": self.plan_execute.plan,
+            "execute": self.plan_execute.execute,
+            "summary": self.plan_execute.summary,
+        }
+        return stages[name]
+
+    def _stage_tools(self, config: _Stage) -> ResolvedTools:
+        tools = config.tool_config if "tool_config" in config.model_fields_set else self.tool_config
+        if tools is None:
+            return ResolvedTools()
+        return ResolvedTools(tuple(tools.backends), tuple(tools.frontends), tuple(tools.actions))
+
+
+def _merge_models(*layers: ModelConfig | None) -> ResolvedModel:
+    """Merge model configs field by field; a field set in a later layer wins."""
+    values: dict[str, Any] = {}
+    reasoning: dict[str, Any] = {}
+    for layer in layers:
+        if layer is None:
+            continue
+        for name in layer.model_fields_set:
+            if name != "reasoning":
+                values[name] = getattr(layer, name)
+            elif layer.reasoning is None:
+                reasoning = {}
+            else:
+                reasoning.update(
+                    {f: getattr(layer.reasoning, f) for f in layer.reasoning.model_fields_set}
+                )
+    return ResolvedModel(reasoning=Reasoning(**reasoning), **values)
+
+
+def _raise_issues(issues: list[tuple[str, str]]) -> None:
+    """Report rule violations from a validator; `_issues_from` turns them into AgentIssues."""
+    if issues:
+        text = "; ".join(f"{path}: {reason}" for path, reason in issues)
+        raise PydanticCustomError("agent_rule", "{text}", {"text": text, "issues": issues})
+
+
+# ---------------------------------------------------------------------------------------
+# Reading a file
+
+
+def load_agent_file(path: Path) -> AgentDefinition:
+    """Read and validate one agent file; its key is the file name without `.json`."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentDefinitionError([AgentIssue("", f"not UTF-8 text ({exc})")], path.name) from exc
+    return parse_agent_text(text, key=path.stem, source=path.name)
+
+
+def parse_agent_text(text: str, *, key: str | None, source: str | None = None) -> AgentDefinition:
+    """Validate an agent file's text; `key` is the file's key (None: the text must have one)."""
+    try:
+        data = parse_agent_json(text)
+        if not isinstance(data, dict):
+            raise AgentDefinitionError([AgentIssue("", "the file must hold one JSON object")])
+        context = {"key": key} if key is not None else {}
+        return AgentDefinition.model_validate(data, context=context)
+    except AgentDefinitionError as exc:
+        raise AgentDefinitionError(exc.issues, source) from None
+    except ValidationError as exc:
+        raise AgentDefinitionError(list(_issues_from(exc)), source) from None
+
+
+def parse_agent_json(text: str) -> Any:
+    """Parse the file's JSON after converting `\"\"\"` prompts; errors name original positions."""
+    converted, replacements = convert_multiline_prompts(text)
+    try:
+        return json.loads(converted, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        line, column = _line_column(text, _original_offset(exc.pos, replacements))
+        raise AgentDefinitionError(
+            [AgentIssue("", f"invalid JSON: {exc.msg}", line, column)]
+        ) from None
+    except _DuplicateKey as exc:
+        raise AgentDefinitionError([AgentIssue(exc.key, "duplicate key in one object")]) from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in result:
+            raise _DuplicateKey(name)
+        result[name] = value
+    return result
+
+
+# (original start, original end, converted start, converted end) of each replaced text
+Replacement = tuple[int, int, int, int]
+
+
+def convert_multiline_prompts(text: str) -> tuple[str, list[Replacement]]:
+    """Replace each `\"\"\"...\"\"\"` value by a JSON string; see the module docstring."""
+    parts: list[str] = []
+    replacements: list[Replacement] = []
+    copied = converted_length = 0
+    for start, end, key in _triple_quoted(text):
+        if key is None or not key.lower().endswith("systemprompt"):
+            line, column = _line_column(text, start)
+            where = f" for key '{key}'" if key is not None else " outside a key's value"
+            reason = f'""" text is not allowed{where}: only for keys ending in systemPrompt'
+            raise AgentDefinitionError([AgentIssue(key or "", reason, line, column)])
+        literal = json.dumps(_trim_multiline(text[start + 3 : end - 3]), ensure_ascii=False)
+        parts.append(text[copied:start])
+        converted_length += start - copied
+        replacements.append((start, end, converted_length, converted_length + len(literal)))
+        parts.append(literal)
+        converted_length += len(literal)
+        copied = end
+    parts.append(text[copied:])
+    return "".join(parts), replacements
+
+
+def _triple_quoted(text: str) -> Iterator[tuple[int, int, str | None]]:
+    """Yield (start, end, key) of each `\"\"\"` text; key is None unless it is a key's value."""
+    last_string: str | None = None
+    key: str | None = None
+    previous = ""  # the last significant token: "string", ":" or another character
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if text.startswith('"""', i):
+            close = text.find('"""', i + 3)
+            if close < 0:
+                line, column = _line_column(text, i)
+                where = (key or "") if previous == ":" else ""
+                issue = AgentIssue(where, 'unterminated """ text', line, column)
+                raise AgentDefinitionError([issue])
+            end = close + 3
+            while end < n and text[end] == '"':
+                end += 1
+            yield i, end, key if previous == ":" else None
+            i, previous = end, "value"
+            continue
+        if char == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            last_string, previous, i = _decode_string(text[i : j + 1]), "string", j + 1
+            continue
+        if char == ":":
+            key = last_string if previous == "string" else None
+            previous = ":"
+        elif not char.isspace():
+            previous = char
+        i += 1
+
+
+def _decode_string(literal: str) -> str:
+    try:
+        value = json.loads(literal)
+    except json.JSONDecodeError:
+        return literal.strip('"')
+    return value if isinstance(value, str) else literal
+
+
+def _trim_multiline(body: str) -> str:
+    body = body.replace("\r\n", "\n").replace("\r", "\n")
+    first_break = body.find("\n")
+    if first_break >= 0 and not body[:first_break].strip():
+        body = body[first_break + 1 :]
+    last_break = body.rfind("\n")
+    if last_break >= 0 and not body[last_break + 1 :].strip():
+        body = body[:last_break]
+    return body
+
+
+def _original_offset(position: int, replacements: list[Replacement]) -> int:
+    shift = 0
+    for original_start, original_end, start, end in replacements:
+        if position < start:
+            break
+        if position < end:
+            return original_start
+        shift = end - original_end
+    return position - shift
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+# ---------------------------------------------------------------------------------------
+# Validation errors → issues
+
+
+def _issues_from(error: ValidationError) -> Iterator[AgentIssue]:
+    for item in error.errors(include_url=False):
+        loc = tuple(item["loc"])
+        kind = item["type"]
+        if kind == "agent_rule":
+            for path, reason in item["ctx"]["issues"]:
+                yield AgentIssue(_join_path((*loc, *path.split("."))), reason)
+            continue
+        if kind == "missing":
+            reason = "is required"
+        elif kind == "extra_forbidden":
+            reason = "unknown key" + _suggestion(loc)
+        else:
+            reason = item["msg"].removeprefix("Value error, ")
+            value = item.get("input")
+            if isinstance(value, str | int | float | bool) and kind != "value_error":
+                reason += f" (got {json.dumps(value, ensure_ascii=False)})"
+        yield AgentIssue(_join_path(loc), reason)
+
+
+def _join_path(loc: Sequence[str | int]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part:
+            path += f".{part}" if path else part
+    return path
+
+
+def _suggestion(loc: Sequence[str | int]) -> str:
+    """' (did you mean ...?)' for a misspelled key, from the keys its object allows."""
+    model: type[BaseModel] | None = AgentDefinition
+    for part in loc[:-1]:
+        if model is None or isinstance(part, int):
+            continue
+        info = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        model = _model_of(info.annotation) if info is not None else None
+    if model is None:
+        return ""
+    known = [f.alias or n for n, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# JSON Schema
+
+
+def agent_json_schema() -> dict[str, Any]:
+    """The JSON Schema of agent files (`agents/agent.schema.json`)."""
+    schema = AgentDefinition.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def agent_schema_text() -> str:
+    """The exact content of `agents/agent.schema.json`."""
+    return json.dumps(agent_json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":  # python -m service.core.agents agents/agent.schema.json
+    Path(sys.argv[1]).write_text(agent_schema_text(), encoding="utf-8")

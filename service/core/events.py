@@ -1,0 +1,154 @@
+"""Event constructors and the event-name table.
+
+The core speaks the contract's own vocabulary: events are `agw.v1.Event`
+messages. Constructors here build the payload; `Run.emit` fills the envelope
+(seq, type, timestamp, ids). The dotted `type` of an event is derived from its
+oneof field name by one rule — the first underscore becomes a dot
+(`content_delta` → `content.delta`) — so the table cannot drift from the proto.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agw.v1 import events_pb2 as pb
+from google.protobuf import json_format, struct_pb2
+
+Event = pb.Event
+
+#: oneof field name → dotted event type, for every variant of the contract.
+EVENT_TYPES: dict[str, str] = {
+    f.name: f.name.replace("_", ".", 1)
+    for f in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+}
+
+#: start field → (end field, id field) of the blocks that must be closed.
+BLOCKS: dict[str, tuple[str, str]] = {
+    "reasoning_start": ("reasoning_end", "reasoning_id"),
+    "content_start": ("content_end", "content_id"),
+    "tool_start": ("tool_end", "tool_id"),
+    "action_start": ("action_end", "action_id"),
+}
+#: end field → id field, to recognise the closing of an open block.
+BLOCK_ENDS: dict[str, str] = {end: id_field for end, id_field in BLOCKS.values()}
+
+TERMINALS = frozenset({"run_complete", "run_error", "run_cancel"})
+
+
+def to_value(value: Any) -> struct_pb2.Value:
+    """A JSON-compatible Python value as a `google.protobuf.Value`."""
+    out = struct_pb2.Value()
+    json_format.ParseDict(value, out)
+    return out
+
+
+def to_struct(value: dict[str, Any] | None) -> struct_pb2.Struct | None:
+    if value is None:
+        return None
+    out = struct_pb2.Struct()
+    out.update(value)
+    return out
+
+
+# Input and chat ---------------------------------------------------------------
+
+
+def request_query(request_id: str, role: str, message: str, agent_key: str, **extra: Any) -> Event:
+    return Event(
+        request_query=pb.RequestQuery(
+            request_id=request_id, role=role, message=message, agent_key=agent_key, **extra
+        )
+    )
+
+
+def chat_start(chat_name: str) -> Event:
+    return Event(chat_start=pb.ChatStart(chat_name=chat_name))
+
+
+# Run --------------------------------------------------------------------------
+
+
+def run_start(agent_key: str) -> Event:
+    return Event(run_start=pb.RunStart(agent_key=agent_key))
+
+
+def run_complete(finish_reason: str, usage: pb.Usage | None = None) -> Event:
+    return Event(run_complete=pb.RunComplete(finish_reason=finish_reason, usage=usage))
+
+
+def run_cancel(reason: str) -> Event:
+    return Event(run_cancel=pb.RunCancel(reason=reason))
+
+
+def run_error(reason: str, message: str, metadata: dict[str, str] | None = None) -> Event:
+    return Event(
+        run_error=pb.RunError(
+            error=pb.ErrorDetail(reason=reason, message=message, metadata=metadata or {})
+        )
+    )
+
+
+# Reasoning and content --------------------------------------------------------
+
+
+def reasoning_start(reasoning_id: str) -> Event:
+    return Event(reasoning_start=pb.ReasoningStart(reasoning_id=reasoning_id))
+
+
+def reasoning_delta(reasoning_id: str, delta: str) -> Event:
+    return Event(reasoning_delta=pb.ReasoningDelta(reasoning_id=reasoning_id, delta=delta))
+
+
+def reasoning_end(reasoning_id: str) -> Event:
+    return Event(reasoning_end=pb.ReasoningEnd(reasoning_id=reasoning_id))
+
+
+def content_start(content_id: str) -> Event:
+    return Event(content_start=pb.ContentStart(content_id=content_id))
+
+
+def content_delta(content_id: str, delta: str) -> Event:
+    return Event(content_delta=pb.ContentDelta(content_id=content_id, delta=delta))
+
+
+def content_end(content_id: str) -> Event:
+    return Event(content_end=pb.ContentEnd(content_id=content_id))
+
+
+# Tools ------------------------------------------------------------------------
+
+
+def tool_start(tool_id: str, tool_name: str, tool_type: str = "backend", **extra: Any) -> Event:
+    return Event(
+        tool_start=pb.ToolStart(tool_id=tool_id, tool_name=tool_name, tool_type=tool_type, **extra)
+    )
+
+
+def tool_args(tool_id: str, delta: str, chunk_index: int) -> Event:
+    return Event(tool_args=pb.ToolArgs(tool_id=tool_id, delta=delta, chunk_index=chunk_index))
+
+
+def tool_end(tool_id: str) -> Event:
+    return Event(tool_end=pb.ToolEnd(tool_id=tool_id))
+
+
+def tool_result(tool_id: str, result: Any, *, error: bool = False) -> Event:
+    return Event(tool_result=pb.ToolResult(tool_id=tool_id, result=to_value(result), error=error))
+
+
+def end_of(start: Event) -> Event:
+    """The `*.end` event that closes the block opened by `start`."""
+    field = start.WhichOneof("payload")
+    assert field in BLOCKS, field
+    end_field, id_field = BLOCKS[field]
+    end = Event()
+    getattr(end, end_field).SetInParent()
+    setattr(getattr(end, end_field), id_field, getattr(getattr(start, field), id_field))
+    end.task_id = start.task_id
+    return end
+
+
+def to_json(event: Event) -> str:
+    """The event as compact JSON with the contract's camelCase names (for logs and tests)."""
+    return json.dumps(json_format.MessageToDict(event), ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,73 @@
+"""The providers by key: one pooled client each, built from settings or registered."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.config import Settings
+from service.core.errors import ProviderNotConfigured
+from service.core.model import ModelClient
+from service.providers.openai import OpenAIChatClient
+
+
+class ProviderRegistry:
+    """Key → ModelClient, with the default provider and each provider's default model."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._clients: dict[str, ModelClient] = {}
+        self._models: dict[str, str] = {}
+        self._default = ""
+        if settings is not None:
+            self._default = settings.default_provider
+            for key, ps in settings.providers.items():
+                client = OpenAIChatClient(
+                    key,
+                    ps,
+                    log_enabled=settings.interaction_log_enabled,
+                    log_mask=settings.interaction_log_mask_sensitive,
+                )
+                self.register(key, client, default_model=ps.default_model)
+
+    def register(self, key: str, client: ModelClient, *, default_model: str | None = None) -> None:
+        """Add (or replace) a provider; its default model defaults to its settings' one."""
+        if default_model is None:
+            default_model = (
+                client.settings.default_model if isinstance(client, OpenAIChatClient) else ""
+            )
+        self._clients[key] = client
+        self._models[key] = default_model
+
+    @property
+    def default_key(self) -> str:
+        """`default_provider` from settings, else the only (or first) provider, else ""."""
+        return self._default or next(iter(self._clients), "")
+
+    def keys(self) -> list[str]:
+        return list(self._clients)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._clients
+
+    def get(self, key: str) -> ModelClient:
+        """The client of `key` ("" means the default provider)."""
+        client = self._clients.get(key or self.default_key)
+        if client is None:
+            configured = ", ".join(sorted(self._clients)) or "none"
+            raise ProviderNotConfigured(
+                f"provider {key or self.default_key!r} is not configured "
+                f"(configured providers: {configured})",
+                provider=key,
+            )
+        return client
+
+    def default_model(self, key: str) -> str:
+        """The provider's default model ("" when it has none or is unknown)."""
+        return self._models.get(key or self.default_key, "")
+
+    async def aclose(self) -> None:
+        """Close every client's connection pool."""
+        clients = list(self._clients.values())
+        results = await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result

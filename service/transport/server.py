@@ -1,0 +1,66 @@
+"""The grpc.aio server: the gateway service, health, reflection, graceful stop."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from agw.v1 import gateway_pb2, gateway_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from service.core.runtime import Runtime
+from service.transport.servicer import AgentGatewayServicer
+
+log = logging.getLogger("agw.grpc")
+
+SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["AgentGateway"].full_name
+
+
+class GrpcServer:
+    """The gateway's gRPC endpoint."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        address: str,
+        *,
+        keepalive_time_s: float = 60.0,
+        cancel_on_disconnect: bool = True,
+    ) -> None:
+        self.runtime = runtime
+        self.address = address
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.keepalive_time_ms", int(keepalive_time_s * 1000)),
+                ("grpc.keepalive_timeout_ms", 20_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        gateway_pb2_grpc.add_AgentGatewayServicer_to_server(
+            AgentGatewayServicer(runtime, cancel_on_disconnect=cancel_on_disconnect), self.server
+        )
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        )
+        self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC address {address}")
+
+    async def start(self) -> None:
+        await self.server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("gRPC listening on %s (port %d)", self.address, self.port)
+
+    async def stop(self, grace_s: float) -> None:
+        """Graceful stop: report NOT_SERVING, drain the runs, then close the server."""
+        await self.health.enter_graceful_shutdown()
+        await self.runtime.drain(grace_s)
+        await self.server.stop(grace=2.0)
+        log.info("gRPC server stopped")

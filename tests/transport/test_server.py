@@ -1,0 +1,134 @@
+"""The server around the service: health, reflection, unimplemented RPCs, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from agw.v1 import gateway_pb2 as gw
+from agw.v1 import gateway_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from service.core.events import BLOCK_ENDS, BLOCKS
+from service.testing import Harness
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_health_reports_serving(gateway: Harness) -> None:
+    health = health_pb2_grpc.HealthStub(gateway.channel)
+    for service in ("", "agw.v1.AgentGateway"):
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_lists_the_services(gateway: Harness) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(gateway.channel)
+
+    async def requests():
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        yield reflection_pb2.ServerReflectionRequest(file_containing_symbol="agw.v1.Event")
+
+    replies = [reply async for reply in stub.ServerReflectionInfo(requests())]
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert {"agw.v1.AgentGateway", "grpc.health.v1.Health"} <= names
+    assert replies[1].file_descriptor_response.file_descriptor_proto
+
+
+@pytest.mark.parametrize(
+    ("method", "request_message"),
+    [
+        ("Submit", gw.SubmitRequest(run_id="r", tool_id="t")),
+        ("ListChats", gw.ListChatsRequest()),
+        ("GetChat", gw.GetChatRequest(chat_id="c")),
+        ("Upload", gw.UploadRequest(name="a.txt")),
+    ],
+)
+async def test_rpcs_of_later_milestones_answer_unimplemented(
+    gateway: Harness, method: str, request_message
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await getattr(gateway.stub, method)(request_message)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess.Process, int]:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "slow.json").write_text(
+        json.dumps({"mode": "ONESHOT", "plain": {"systemPrompt": "Be slow."}})
+    )
+    port_file = tmp_path / "port"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import asyncio, sys\n"
+        "from service.__main__ import serve\n"
+        "from service.config import Settings\n"
+        "from service import logs\n"
+        "logs.configure('INFO', 'text')\n"
+        "asyncio.run(serve(Settings(), port_file=sys.argv[1]))\n",
+        str(port_file),
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "AGW_GRPC_ADDRESS": "127.0.0.1:0",
+            "AGW_AGENTS_DIR": str(agents),
+            "AGW_AGENTS_WATCH": "false",
+            "PYTHONPATH": str(ROOT),
+            **env,
+        },
+        stderr=asyncio.subprocess.PIPE,
+    )
+    for _ in range(200):
+        if port_file.exists() and port_file.read_text():
+            return process, int(port_file.read_text())
+        await asyncio.sleep(0.05)
+    process.kill()
+    raise AssertionError("service did not start: " + (await process.stderr.read()).decode())
+
+
+@pytest.mark.parametrize(
+    ("grace", "delay_ms", "terminal"),
+    [("0.5", "100", "run.cancel"), ("10", "5", "run.complete")],
+)
+async def test_sigterm_with_a_stream_in_flight_ends_it_cleanly(
+    tmp_path: Path, grace: str, delay_ms: str, terminal: str
+) -> None:
+    process, port = await _start_service(
+        tmp_path, AGW_SHUTDOWN_GRACE_S=grace, AGW_DEMO_DELAY_MS=delay_ms
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+            call = stub.Query(gw.QueryRequest(agent_key="slow", message="take your time"))
+            events = []
+            async for event in call:
+                events.append(event)
+                if event.type == "run.start":
+                    process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert events[-1].type == terminal
+    if terminal == "run.cancel":
+        assert events[-1].run_cancel.reason == "shutdown"
+    assert [e.type for e in events].count(terminal) == 1
+    open_blocks: set[str] = set()
+    for event in events:
+        field = event.WhichOneof("payload")
+        if field in BLOCKS:
+            open_blocks.add(getattr(getattr(event, field), BLOCKS[field][1]))
+        elif field in BLOCK_ENDS:
+            open_blocks.remove(getattr(getattr(event, field), BLOCK_ENDS[field]))
+    assert not open_blocks
+    assert any(e.type == "content.delta" for e in events)
