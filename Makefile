@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PROTOS := $(shell find proto -name '*.proto')
+SYSTEM := $(VENV)/.system-packages
+# Debian packages: bubblewrap contains the _bash_ tool; chromium runs the browser tests.
+APT_PACKAGES := bubblewrap chromium
 
 .DEFAULT_GOAL := help
 
@@ -16,12 +18,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) ## Create the virtualenv and install the project
+$(SYSTEM): Makefile | $(STAMP)
+	@if command -v bwrap >/dev/null && test -x /usr/bin/chromium; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	else echo "please install the Debian packages: $(APT_PACKAGES)"; exit 1; fi
+	touch $(SYSTEM)
 
-run: $(STAMP) ## Start the service on embedded defaults (gRPC :50051)
+install: $(STAMP) $(SYSTEM) ## Create the virtualenv, install the project and its system packages
+
+run: install ## Start the service on embedded defaults (gRPC :50051)
 	$(PY) -m service
 
-test: $(STAMP) ## Run the whole test suite (checks that gen/ is fresh first)
+test: install ## Run the whole test suite (checks that gen/ is fresh first)
 	$(PY) scripts/gen.py --check
 	$(PY) -m pytest -q
 
@@ -33,7 +42,7 @@ lint: $(STAMP) ## ruff + mypy on our code
 	$(VENV)/bin/ruff format --check service tests scripts bench
 	$(VENV)/bin/mypy
 
-bench: $(STAMP) ## Benchmarks: baselines and the gateway, measured in one run
+bench: install ## Benchmarks: baselines and the gateway, measured in one run
 	$(PY) -m bench
 
 .PHONY: help install run test gen lint bench
