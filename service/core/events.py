@@ -66,6 +66,42 @@ def chat_start(chat_name: str) -> Event:
     return Event(chat_start=pb.ChatStart(chat_name=chat_name))
 
 
+def request_submit(
+    request_id: str, tool_id: str, payload: struct_pb2.Value, *, view_id: str = ""
+) -> Event:
+    return Event(
+        request_submit=pb.RequestSubmit(
+            request_id=request_id, tool_id=tool_id, payload=payload, view_id=view_id
+        )
+    )
+
+
+# Plan and tasks ---------------------------------------------------------------
+
+
+def plan_create(plan_id: str, plan: pb.Plan) -> Event:
+    return Event(plan_create=pb.PlanCreate(plan_id=plan_id, plan=plan))
+
+
+def plan_update(plan_id: str, plan: pb.Plan) -> Event:
+    return Event(plan_update=pb.PlanUpdate(plan_id=plan_id, plan=plan))
+
+
+def task_start(task_id: str, description: str) -> Event:
+    return Event(task_id=task_id, task_start=pb.TaskStart(description=description))
+
+
+def task_complete(task_id: str, description: str) -> Event:
+    return Event(task_id=task_id, task_complete=pb.TaskComplete(description=description))
+
+
+def task_fail(task_id: str, reason: str, message: str) -> Event:
+    return Event(
+        task_id=task_id,
+        task_fail=pb.TaskFail(error=pb.ErrorDetail(reason=reason, message=message)),
+    )
+
+
 # Run --------------------------------------------------------------------------
 
 
@@ -135,6 +171,35 @@ def tool_end(tool_id: str) -> Event:
 
 def tool_result(tool_id: str, result: Any, *, error: bool = False) -> Event:
     return Event(tool_result=pb.ToolResult(tool_id=tool_id, result=to_value(result), error=error))
+
+
+# Actions ----------------------------------------------------------------------
+
+
+def action_start(action_id: str, action_name: str, description: str = "") -> Event:
+    return Event(
+        action_start=pb.ActionStart(
+            action_id=action_id, action_name=action_name, description=description
+        )
+    )
+
+
+def action_args(action_id: str, delta: str, chunk_index: int) -> Event:
+    return Event(
+        action_args=pb.ActionArgs(action_id=action_id, delta=delta, chunk_index=chunk_index)
+    )
+
+
+def action_end(action_id: str) -> Event:
+    return Event(action_end=pb.ActionEnd(action_id=action_id))
+
+
+def action_param(action_id: str, param: Any) -> Event:
+    return Event(action_param=pb.ActionParam(action_id=action_id, param=to_value(param)))
+
+
+def action_result(action_id: str, result: Any) -> Event:
+    return Event(action_result=pb.ActionResult(action_id=action_id, result=to_value(result)))
 
 
 def end_of(start: Event) -> Event:

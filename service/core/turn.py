@@ -11,14 +11,17 @@ request; blocks still open are closed by the run's `finish`.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from service.core import events
 from service.core.model import ModelClient, ModelRequest, Usage
+from service.core.observe import ModelCallObserver
 from service.core.run import Run
+from service.core.tools.definitions import ToolDefinition, ToolKind
 
 
 @dataclass(slots=True)
@@ -29,6 +32,13 @@ class ToolCall:
     name: str
     arguments: str = ""
     upstream_id: str = ""
+    kind: ToolKind = "backend"  # "frontend" and "action" calls carry their own ids
+    chunks: int = 0  # argument fragments seen
+
+    @property
+    def ref(self) -> str:
+        """The id the model knows the call by (its tool_call_id)."""
+        return self.upstream_id or self.id
 
 
 @dataclass(slots=True)
@@ -45,6 +55,7 @@ class TurnResult:
     content_id: str = ""
     first_delta_ms: float | None = None
     duration_ms: float = 0.0
+    hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
 
 
 #: Gives the event id of a tool call from its name and the model's tool_call_id.
@@ -77,6 +88,39 @@ def new_msg_id() -> str:
     return "m_" + secrets.token_hex(4)
 
 
+def frontend_tool_id() -> str:
+    return "t_" + secrets.token_hex(4)
+
+
+def action_id() -> str:
+    return "a_" + secrets.token_hex(4)
+
+
+def _start_call(
+    emit: Callable[[events.Event], events.Event],
+    name: str,
+    upstream: str,
+    tools: Mapping[str, ToolDefinition] | None,
+    tool_id: ToolIdFactory,
+) -> ToolCall:
+    """Open the block of a new tool call, by the kind of the tool it names."""
+    definition = tools.get(name) if tools is not None else None
+    if definition is None:  # not offered: streams as a backend call, its result is an error
+        call = ToolCall(tool_id(name, upstream), name, upstream_id=upstream)
+        emit(events.tool_start(call.id, name))
+        return call
+    if definition.kind == "action":
+        call = ToolCall(action_id(), name, upstream_id=upstream, kind="action")
+        emit(events.action_start(call.id, name, definition.description))
+        return call
+    if definition.kind == "frontend":
+        call = ToolCall(frontend_tool_id(), name, upstream_id=upstream, kind="frontend")
+    else:
+        call = ToolCall(tool_id(name, upstream), name, upstream_id=upstream)
+    emit(events.tool_start(call.id, name, definition.view_type, **definition.start_fields()))
+    return call
+
+
 async def stream_turn(
     run: Run,
     ids: Ids,
@@ -85,11 +129,18 @@ async def stream_turn(
     *,
     tool_id: ToolIdFactory = backend_tool_id,
     emit_content: bool = True,
+    emit_reasoning: bool = True,
+    tools: Mapping[str, ToolDefinition] | None = None,
 ) -> TurnResult:
     """Run one streaming model call, emitting its events as the deltas arrive.
 
     With `emit_content=False` the answer text is collected but not streamed
     (used for an internal first candidate); reasoning and tool calls still stream.
+    With `emit_reasoning=False` the reasoning is collected in `hidden_reasoning`
+    only. `tools` (the offered tools by name) decides how a call streams: a
+    frontend tool as `tool.*` with a `t_` id and its view type, an action as
+    `action.*` with an `a_` id; any other call as a backend `tool.*` with the
+    model's tool_call_id.
     """
     emit = run.emit
     result = TurnResult(msg_id=new_msg_id())
@@ -98,7 +149,6 @@ async def stream_turn(
     open_kind = ""  # the open text block: "reasoning" | "content" | ""
     open_id = ""
     calls: dict[int, ToolCall] = {}
-    chunks: dict[int, int] = {}
     started = time.monotonic()
 
     def close_text() -> None:
@@ -109,50 +159,74 @@ async def stream_turn(
             emit(events.content_end(open_id))
         open_kind = ""
 
-    async with client.stream(request) as deltas:
-        async for delta in deltas:
-            if result.first_delta_ms is None:
-                result.first_delta_ms = (time.monotonic() - started) * 1000
-            if delta.reasoning:
-                if open_kind != "reasoning":
-                    close_text()
-                    open_kind, open_id = "reasoning", ids.next_reasoning()
-                    result.reasoning_id = result.reasoning_id or open_id
-                    emit(events.reasoning_start(open_id))
-                reasoning.append(delta.reasoning)
-                emit(events.reasoning_delta(open_id, delta.reasoning))
-            if delta.content:
-                if open_kind != "content":
-                    close_text()
-                    open_kind, open_id = "content", ids.next_content()
-                    result.content_id = result.content_id or open_id
+    observer = ModelCallObserver(run, request)
+    error: BaseException | None = None
+    try:
+        async with client.stream(request) as deltas:
+            async for delta in deltas:
+                if result.first_delta_ms is None:
+                    result.first_delta_ms = (time.monotonic() - started) * 1000
+                if delta.reasoning and not emit_reasoning:
+                    reasoning.append(delta.reasoning)
+                elif delta.reasoning:
+                    if open_kind != "reasoning":
+                        close_text()
+                        open_kind, open_id = "reasoning", ids.next_reasoning()
+                        result.reasoning_id = result.reasoning_id or open_id
+                        emit(events.reasoning_start(open_id))
+                    reasoning.append(delta.reasoning)
+                    emit(events.reasoning_delta(open_id, delta.reasoning))
+                if delta.content:
+                    if open_kind != "content":
+                        close_text()
+                        open_kind = "content"
+                        if emit_content:  # hidden text gets no id
+                            open_id = ids.next_content()
+                            result.content_id = result.content_id or open_id
+                            emit(events.content_start(open_id))
+                    content.append(delta.content)
                     if emit_content:
-                        emit(events.content_start(open_id))
-                content.append(delta.content)
-                if emit_content:
-                    emit(events.content_delta(open_id, delta.content))
-            for fragment in delta.tool_calls:
-                call = calls.get(fragment.index)
-                if call is None:
-                    close_text()
-                    name, upstream = fragment.name or "", fragment.id or ""
-                    call = ToolCall(tool_id(name, upstream), name, upstream_id=upstream)
-                    calls[fragment.index] = call
-                    chunks[fragment.index] = 0
-                    emit(events.tool_start(call.id, name))
-                if fragment.arguments:
-                    call.arguments += fragment.arguments
-                    emit(events.tool_args(call.id, fragment.arguments, chunks[fragment.index]))
-                    chunks[fragment.index] += 1
-            if delta.finish_reason:
-                result.finish_reason = delta.finish_reason
-            if delta.usage is not None:
-                result.usage = delta.usage
-    close_text()
-    result.tool_calls = [calls[i] for i in sorted(calls)]
-    for call in calls.values():  # parallel calls stay open until the turn's stream ends
-        emit(events.tool_end(call.id))
-    result.reasoning = "".join(reasoning)
-    result.content = "".join(content)
-    result.duration_ms = (time.monotonic() - started) * 1000
+                        emit(events.content_delta(open_id, delta.content))
+                for fragment in delta.tool_calls:
+                    call = calls.get(fragment.index)
+                    if call is None:
+                        close_text()
+                        call = calls[fragment.index] = _start_call(
+                            emit, fragment.name or "", fragment.id or "", tools, tool_id
+                        )
+                    if fragment.arguments:
+                        call.arguments += fragment.arguments
+                        if call.kind == "action":
+                            emit(events.action_args(call.id, fragment.arguments, call.chunks))
+                        else:
+                            emit(events.tool_args(call.id, fragment.arguments, call.chunks))
+                        call.chunks += 1
+                if delta.finish_reason:
+                    result.finish_reason = delta.finish_reason
+                if delta.usage is not None:
+                    result.usage = delta.usage
+        close_text()
+        for call in calls.values():  # parallel calls stay open until the turn's stream ends
+            emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:  # also on failure: a partial answer is kept in the chat's memory
+        result.tool_calls = [calls[i] for i in sorted(calls)]
+        if emit_reasoning:
+            result.reasoning = "".join(reasoning)
+        else:
+            result.hidden_reasoning = "".join(reasoning)
+        result.content = "".join(content)
+        result.duration_ms = (time.monotonic() - started) * 1000
+        observer.end(
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+            first_delta_ms=result.first_delta_ms,
+            output=result.content
+            or json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls.values()]),
+            error=error,
+        )
+        if run.on_turn is not None:
+            run.on_turn(request, result)
     return result

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from service.providers import loopback as lb
+from service.providers.demo_tools import tool_script
 
 DEMO_KEY = "demo"
 DEMO_MODEL = "agw-demo"
@@ -64,6 +65,9 @@ def demo_responder(delay_s: float) -> lb.Responder:
     """A responder that streams `demo_reply` one word per chunk, `delay_s` apart."""
 
     def respond(body: dict[str, Any]) -> list[lb.ScriptItem]:
+        with_tools = tool_script(body, delay_s)  # tool calls, and answers from their results
+        if with_tools is not None:
+            return with_tools
         reasoning, answer = demo_reply(body)
         script: list[lb.ScriptItem] = []
         for word in _words(reasoning):

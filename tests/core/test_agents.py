@@ -461,7 +461,14 @@ def test_shipped_examples_all_load() -> None:
     registry.load_all()
     assert registry.errors == {}
     agents = {agent.key: agent for agent in registry.list()}
-    assert sorted(agents) == ["demo_oneshot", "demo_plain", "demo_plan", "demo_react"]
+    assert sorted(agents) == [
+        "demo_action",
+        "demo_frontend",
+        "demo_oneshot",
+        "demo_plain",
+        "demo_plan",
+        "demo_react",
+    ]
     for agent in agents.values():
         assert agent.json_schema_ref == f"./{SCHEMA_FILE_NAME}"
         assert agent.name and agent.description and (agent.icon or "").startswith("emoji:")

@@ -1,0 +1,19 @@
+"""REACT: think, call at most one tool, observe — up to `react.maxSteps` rounds.
+
+Each round is one model call; when it calls tools, only the first runs (the
+others get an error result asking to call them in a later round) and its result
+is fed back. After the last allowed round the model is asked once more, with
+`tool_choice=none`, for its final answer.
+"""
+
+from __future__ import annotations
+
+from service.core.runner import Outcome, RunContext
+from service.core.tools.conversation import Conversation, finish
+
+
+async def run_react(ctx: RunContext) -> Outcome:
+    stage = ctx.agent.stage("react")
+    conversation = Conversation.open(ctx, stage)
+    turn = await conversation.converge(max_rounds=ctx.agent.react_max_steps, one_tool=True)
+    return await finish(ctx, stage, turn.finish_reason)

@@ -1,0 +1,229 @@
+"""Tool definitions: the three kinds of tool, the files that declare them, their model schema.
+
+A tool file holds `{"tools": [...]}`; its suffix sets the kind of every tool in it:
+
+| suffix                      | kind     | what the service does with a call               |
+|-----------------------------|----------|-------------------------------------------------|
+| `.backend`                  | backend  | executes it and feeds the result to the model   |
+| `.action`                   | action   | tells the client (`action.*`), answers `"OK"`   |
+| `.html` / `.qlc` / `.dqlc`  | frontend | lets the client render it, waits for `Submit`   |
+
+One entry: `name` (letters, digits, `_`, `-`), `description` (sent to the model),
+`parameters` (a JSON Schema object, default: no parameters), and optionally
+`after_call_hint` (added to the system prompt of the stages that offer the tool),
+`toolApi` and `toolParams` (passed to the client in `tool.start`), and `timeoutMs`
+(backend tools: how long a call may take). A broken file is reported with the
+file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from service.core.errors import InvalidRequest, NotFound
+from service.core.events import to_struct
+
+ToolKind = Literal["backend", "frontend", "action"]
+
+#: file suffix → (kind, client view type)
+SUFFIXES: dict[str, tuple[ToolKind, str]] = {
+    ".backend": ("backend", "backend"),
+    ".action": ("action", "action"),
+    ".html": ("frontend", "html"),
+    ".qlc": ("frontend", "qlc"),
+    ".dqlc": ("frontend", "dqlc"),
+}
+NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+class ToolNotFound(NotFound):
+    """An agent names a tool that is not defined (or not of the kind it says)."""
+
+    reason = "TOOL_NOT_FOUND"
+
+
+class ToolError(Exception):
+    """Raised by a tool implementation: its message becomes the call's error result."""
+
+
+class ToolDefinitionError(InvalidRequest):
+    """A tool file is invalid; `issues` name the entry, the field and why."""
+
+    def __init__(self, issues: Sequence[str], source: str = "") -> None:
+        text = "; ".join(issues)
+        super().__init__(f"{source}: {text}" if source else text, file=source)
+        self.issues = tuple(issues)
+        self.source = source
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """One tool, as the model and the client see it."""
+
+    name: str
+    kind: ToolKind
+    description: str
+    parameters: Mapping[str, Any] = field(default_factory=lambda: dict(NO_PARAMETERS))
+    view_type: str = "backend"  # "backend", "action", or the frontend's "html"/"qlc"/"dqlc"
+    after_call_hint: str = ""
+    tool_api: str = ""
+    tool_params: Mapping[str, Any] | None = None
+    timeout_s: float | None = None
+    source: str = "built-in"  # the file that defines it
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI `tools[]` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+    def start_fields(self) -> dict[str, Any]:
+        """The optional fields of this tool's `tool.start` event."""
+        out: dict[str, Any] = {"description": self.description}
+        if self.tool_api:
+            out["tool_api"] = self.tool_api
+        if self.tool_params:
+            out["tool_params"] = to_struct(dict(self.tool_params))
+        return out
+
+
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: ToolName
+    description: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(NO_PARAMETERS))
+    after_call_hint: str = Field(
+        "", validation_alias=AliasChoices("after_call_hint", "afterCallHint")
+    )
+    tool_api: str = Field("", validation_alias=AliasChoices("toolApi", "tool_api"))
+    tool_params: dict[str, Any] | None = Field(
+        None, validation_alias=AliasChoices("toolParams", "tool_params")
+    )
+    timeout_ms: int | None = Field(
+        None, gt=0, validation_alias=AliasChoices("timeoutMs", "timeout_ms")
+    )
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tools: list[dict[str, Any]]
+
+
+def kind_of(path: Path) -> tuple[ToolKind, str] | None:
+    """(kind, view type) of a tool file, from its suffix; None for other files."""
+    return SUFFIXES.get(path.suffix.lower())
+
+
+def load_tool_file(path: Path) -> tuple[ToolDefinition, ...]:
+    """Read and validate one tool file."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolDefinitionError([f"not UTF-8 text ({exc})"], path.name) from exc
+    return parse_tool_text(text, path.suffix, source=path.name)
+
+
+def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDefinition, ...]:
+    """The tools of a file's text; `suffix` (e.g. ".backend") sets their kind."""
+    kind = SUFFIXES.get(suffix.lower())
+    if kind is None:
+        raise ToolDefinitionError([f"unknown tool file suffix {suffix!r}"], source)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolDefinitionError(
+            [f"invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})"], source
+        ) from None
+    try:
+        entries = _File.model_validate(data).tools
+    except ValidationError as exc:
+        raise ToolDefinitionError(_issues(exc, ""), source) from None
+    issues: list[str] = []
+    tools: list[ToolDefinition] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(entries):
+        where = f"tools[{index}]"
+        try:
+            entry = _Entry.model_validate(raw)
+        except ValidationError as exc:
+            issues += _issues(exc, where)
+            continue
+        problems = schema_issues(entry.parameters)
+        issues += [f"{where}.parameters{p}" for p in problems]
+        if entry.name in seen:
+            first = seen[entry.name]
+            issues.append(f"{where}.name: duplicate tool name '{entry.name}' (see tools[{first}])")
+        seen.setdefault(entry.name, index)
+        if kind[0] != "backend" and entry.timeout_ms is not None:
+            issues.append(f"{where}.timeoutMs: only backend tools have a time-out")
+        tools.append(
+            ToolDefinition(
+                name=entry.name,
+                kind=kind[0],
+                description=entry.description,
+                parameters=entry.parameters,
+                view_type=kind[1],
+                after_call_hint=entry.after_call_hint.strip(),
+                tool_api=entry.tool_api,
+                tool_params=entry.tool_params,
+                timeout_s=entry.timeout_ms / 1000 if entry.timeout_ms else None,
+                source=source or "text",
+            )
+        )
+    if issues:
+        raise ToolDefinitionError(issues, source)
+    return tuple(tools)
+
+
+def schema_issues(schema: Mapping[str, Any]) -> list[str]:
+    """What keeps `schema` from being a usable parameters schema (suffixes of a field path)."""
+    issues: list[str] = []
+    if schema.get("type", "object") != "object":
+        issues.append(f'.type: must be "object" (got {json.dumps(schema.get("type"))})')
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        issues.append(".properties: must be an object")
+        properties = {}
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            issues.append(f".properties.{name}: must be a JSON Schema object")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        issues.append(".required: must be a list of property names")
+    else:
+        for position, name in enumerate(required):
+            if name not in properties:
+                issues.append(f".required[{position}]: '{name}' is not a property")
+    return issues
+
+
+def _issues(error: ValidationError, prefix: str) -> list[str]:
+    out: list[str] = []
+    for item in error.errors(include_url=False):
+        path = prefix
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if item["type"] == "missing":
+            reason = "is required"
+        elif item["type"] == "extra_forbidden":
+            reason = "unknown key"
+        else:
+            reason = item["msg"]
+        out.append(f"{path}: {reason}" if path else reason)
+    return out

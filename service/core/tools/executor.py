@@ -1,0 +1,189 @@
+"""Executes the tool calls of a model turn and emits their results.
+
+Per call: the JSON arguments are parsed and their templates rendered, then by
+kind — a backend tool runs its implementation under its time-out; a frontend tool
+waits for `Submit` (or its time-out); an action emits `action.param` and is
+answered `"OK"` at once. Whatever goes wrong with one call (invalid arguments, a
+tool that raises or times out, no answer in time) becomes that call's error
+result, fed back to the model: the run goes on. Cancellation is never swallowed.
+Calls of one turn run concurrently; results are emitted as they come and
+returned in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.trace import StatusCode
+
+from service.core import events
+from service.core.errors import AgwError
+from service.core.instruments import tracer
+from service.core.observe import observe_tool
+from service.core.run import Run
+from service.core.tools.definitions import ToolDefinition, ToolError
+from service.core.tools.registry import ToolCallInfo, ToolRegistry
+from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
+from service.core.turn import ToolCall
+from service.core.waits import Waits, WaitTimedOut
+
+log = logging.getLogger("agw.tools")
+
+ACTION_RESULT = "OK"
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """The result of one call, as emitted and as fed back to the model."""
+
+    call: ToolCall
+    result: Any
+    error: bool = False
+    duration_ms: float = 0.0
+
+    def message(self) -> dict[str, Any]:
+        """The `tool` message that answers the call."""
+        content = self.result if isinstance(self.result, str) else _json(self.result)
+        return {
+            "role": "tool",
+            "tool_call_id": self.call.ref,
+            "name": self.call.name,
+            "content": content,
+        }
+
+
+class ToolExecutor:
+    """Runs the tool calls of one run."""
+
+    def __init__(self, run: Run, registry: ToolRegistry, waits: Waits) -> None:
+        self.run = run
+        self.registry = registry
+        self.waits = waits
+        self.memory = ResultMemory()
+
+    async def execute(
+        self, calls: Sequence[ToolCall], tools: Mapping[str, ToolDefinition]
+    ) -> list[ToolOutcome]:
+        """Execute `calls` concurrently; their outcomes, in call order."""
+        if len(calls) == 1:
+            return [await self.execute_one(calls[0], tools)]
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self.execute_one(call, tools)) for call in calls]
+        return [task.result() for task in tasks]
+
+    async def execute_one(self, call: ToolCall, tools: Mapping[str, ToolDefinition]) -> ToolOutcome:
+        started = time.monotonic()
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "agw.tool.kind": call.kind,
+        }
+        with tracer.start_as_current_span(
+            f"execute_tool {call.name}", attributes=attributes
+        ) as span:
+            try:
+                result = await self._run(call, tools.get(call.name), tools)
+                outcome = ToolOutcome(call, result)
+            except ToolError as error:
+                outcome = ToolOutcome(call, f"Error: {error}", error=True)
+                span.set_status(StatusCode.ERROR, str(error)[:200])
+            outcome.duration_ms = (time.monotonic() - started) * 1000
+            self.report(outcome)
+            observe_tool(
+                self.run, call.id, call.name, call.kind, outcome.duration_ms, outcome.error
+            )
+            return outcome
+
+    def refuse(self, call: ToolCall, reason: str) -> ToolOutcome:
+        """Answer `call` with an error result without running it."""
+        return self.report(ToolOutcome(call, f"Error: {reason}", error=True))
+
+    def report(self, outcome: ToolOutcome) -> ToolOutcome:
+        """Emit the outcome's result event."""
+        call = outcome.call
+        if call.kind == "action":
+            self.run.emit(events.action_result(call.id, _plain(outcome.result)))
+        else:
+            result = _plain(outcome.result)
+            self.run.emit(events.tool_result(call.id, result, error=outcome.error))
+        if not outcome.error:
+            self.memory.record(call.name, outcome.result)
+        return outcome
+
+    async def _run(
+        self,
+        call: ToolCall,
+        definition: ToolDefinition | None,
+        tools: Mapping[str, ToolDefinition],
+    ) -> Any:
+        if definition is None:
+            offered = ", ".join(sorted(tools)) or "none"
+            raise ToolError(f"unknown tool '{call.name}' (offered tools: {offered})")
+        arguments = self._arguments(call)
+        if definition.kind == "action":
+            self.run.emit(events.action_param(call.id, arguments))
+            return ACTION_RESULT
+        if definition.kind == "frontend":
+            try:
+                return await self.waits.wait(self.run, call.id, call.name)
+            except WaitTimedOut as timed_out:
+                raise ToolError(
+                    f"the user did not answer '{call.name}' within {timed_out.timeout_s:g} s"
+                ) from None
+        return await self._backend(call, definition, arguments)
+
+    def _arguments(self, call: ToolCall) -> dict[str, Any]:
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"the arguments are not valid JSON ({exc.msg})") from None
+        if not isinstance(arguments, dict):
+            raise ToolError("the arguments must be a JSON object")
+        if not has_templates(arguments):
+            return arguments
+        try:
+            rendered: dict[str, Any] = render(arguments, self.memory)
+        except TemplateError as exc:
+            raise ToolError(f"argument template: {exc}") from None
+        return rendered
+
+    async def _backend(
+        self, call: ToolCall, definition: ToolDefinition, arguments: dict[str, Any]
+    ) -> Any:
+        handler = self.registry.handler(call.name)
+        if handler is None:
+            raise ToolError(f"backend tool '{call.name}' has no implementation")
+        timeout = definition.timeout_s or self.registry.default_timeout_s
+        info = ToolCallInfo(self.run.run_id, self.run.chat_id, call.id, call.name, self.run.task_id)
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await handler(arguments, info)
+        except TimeoutError:
+            if deadline.expired():
+                raise ToolError(f"'{call.name}' timed out after {timeout:g} s") from None
+            raise ToolError(f"'{call.name}' failed: operation timed out") from None
+        except (ToolError, asyncio.CancelledError):
+            raise
+        except AgwError as error:
+            raise ToolError(f"'{call.name}' failed: {error.message}") from None
+        except Exception as error:
+            log.warning("tool %s failed", call.name, exc_info=True)
+            raise ToolError(f"'{call.name}' failed: {type(error).__name__}: {error}") from None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as plain JSON data (anything else becomes its string form)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return json.loads(_json(value))

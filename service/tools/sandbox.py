@@ -1,0 +1,559 @@
+"""A shell command run inside a sandbox the kernel enforces.
+
+The command runs under bubblewrap in fresh user, pid, mount, ipc, uts, cgroup
+and (unless the policy allows it) network namespaces, as uid/gid 65534, with no
+capabilities, a scrubbed environment, a read-only view of the system (/usr, the
+/bin and /lib links, a few /etc files), fresh /proc, /dev, /tmp and /dev/shm,
+and read-write only the working directory and the allowed paths. Writable
+paths are bound by open file descriptor, so what is mounted is what was
+checked; nothing else of the host exists inside, so a symlink pointing outside
+leads nowhere. `.git` and shell start-up files found at the top of a writable
+path are mounted read-only.
+
+Processes and memory are bounded by a child cgroup (cgroup2, or the cgroup1
+`pids` and `memory` hierarchies) when the host lets us create one; rlimits add
+file size, CPU time and core limits and stand in for a missing memory
+controller. As root, RLIMIT_NPROC is not enforced (the sandbox's uid maps back
+to root), so without a `pids` cgroup a root gateway refuses to run commands
+rather than leave a fork bomb unbounded.
+
+When the call returns, nothing of the command survives: the sandbox's pid 1 is
+killed (its pid namespace dies with it), the process group too, and the cgroup
+is emptied and removed: on time-out, on output overflow and when the calling
+task is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import stat
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.core.errors import AgwError
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_UID = 65534
+"""The uid and gid the command runs as inside the sandbox."""
+
+FILE_SIZE_LIMIT_BYTES = 512 * 1024 * 1024
+"""The largest file the command may write (RLIMIT_FSIZE)."""
+
+HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where the host tools (bwrap, prlimit, sh) are looked up."""
+
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
+"""Where the cgroup hierarchies are mounted."""
+
+_SANDBOX_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+}
+_SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf")
+_ETC_NETWORK = ("hosts", "resolv.conf", "host.conf", "gai.conf", "ssl/certs", "ssl/openssl.cnf")
+_PROTECTED = (".git", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".envrc")
+_PASSWD = (
+    f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"
+)
+_GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n"
+_JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_READ_CHUNK = 65536
+_REAP_TIMEOUT_S = 5.0
+
+
+class SandboxUnavailable(AgwError):
+    """The sandbox cannot be built here (missing tool, path or kernel feature)."""
+
+    reason = "SANDBOX_UNAVAILABLE"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Where a command may write and how much it may use."""
+
+    working_dir: Path
+    allowed_paths: tuple[Path, ...]
+    timeout_s: float = 10
+    output_limit_bytes: int = 64_000
+    memory_limit_bytes: int = 256 * 1024 * 1024
+    max_processes: int = 64
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What a command printed and how it ended.
+
+    `exit_code` is None when the command was killed for its time-out or its
+    output; a command killed by a signal inside reports 128 + the signal.
+    `stdout` and `stderr` together hold at most `output_limit_bytes` bytes.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool
+    truncated: bool
+    duration_ms: float
+
+
+async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
+    """Run `command` with bash inside the sandbox `policy` describes.
+
+    Raises SandboxUnavailable when the sandbox cannot be built; cancelling the
+    calling task kills the command and re-raises CancelledError.
+    """
+    started = time.monotonic()
+    tools = {name: shutil.which(name, path=HOST_PATH) for name in ("bwrap", "prlimit", "sh")}
+    missing = sorted(name for name, found in tools.items() if found is None)
+    if missing:
+        raise SandboxUnavailable(f"missing host tools: {', '.join(missing)}")
+    fds = _Fds()
+    cgroup: _Cgroup | None = None
+    try:
+        mounts = _mount_args(policy, fds)
+        cgroup = _Cgroup.create(policy.max_processes, policy.memory_limit_bytes)
+        if not cgroup.limits_pids and os.geteuid() == 0:
+            raise SandboxUnavailable(
+                "no writable cgroup with a pids controller: as root, RLIMIT_NPROC cannot bound "
+                "the number of processes"
+            )
+        info_read, info_write = os.pipe()
+        fds.parent.append(info_read)
+        fds.child.append(info_write)
+        argv = [str(tools["prlimit"]), *_rlimits(policy, cgroup.limits_memory), "--"]
+        argv += [str(tools["bwrap"]), *_namespace_args(policy, info_write, fds), *mounts]
+        argv += [*_shell(), command]
+        if cgroup.dirs:
+            procs = [str(d / "cgroup.procs") for d in cgroup.dirs]
+            argv = [str(tools["sh"]), "-c", _JOIN_CGROUPS, "agw-sandbox", *procs, "--", *argv]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={"PATH": HOST_PATH, "LANG": "C.UTF-8"},
+            start_new_session=True,
+            pass_fds=fds.child,
+        )
+        fds.close_child()
+        fds.parent.remove(info_read)
+        execution = _Execution(proc, info_read, cgroup, policy)
+        try:
+            return await execution.collect(started)
+        finally:
+            await asyncio.shield(execution.reap())
+    finally:
+        fds.close_all()
+        if cgroup is not None:
+            await asyncio.shield(cgroup.remove())
+
+
+class _Fds:
+    """File descriptors handed to bwrap, and the parent's own ends."""
+
+    def __init__(self) -> None:
+        self.child: list[int] = []
+        self.parent: list[int] = []
+
+    def data(self, text: str) -> int:
+        """The read end of a pipe already holding `text` (small enough for its buffer)."""
+        read, write = os.pipe()
+        self.child.append(read)
+        try:
+            os.write(write, text.encode())
+        finally:
+            os.close(write)
+        return read
+
+    def path(self, path: Path, *, follow: bool) -> int | None:
+        """An O_PATH descriptor of `path`: None if missing, or a symlink when not `follow`."""
+        flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        self.child.append(fd)
+        return fd
+
+    def close_child(self) -> None:
+        while self.child:
+            os.close(self.child.pop())
+
+    def close_all(self) -> None:
+        self.close_child()
+        while self.parent:
+            os.close(self.parent.pop())
+
+
+def _namespace_args(policy: SandboxPolicy, info_fd: int, fds: _Fds) -> list[str]:
+    """Namespaces, identity, session and environment of the sandbox."""
+    uid = str(SANDBOX_UID)
+    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--uid", uid, "--gid", uid]
+    if policy.network:
+        args.append("--share-net")
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+    args += ["--info-fd", str(info_fd), "--clearenv", "--chdir", str(_real(policy.working_dir))]
+    for name, value in _SANDBOX_ENV.items():
+        args += ["--setenv", name, value]
+    args += ["--ro-bind-data", str(fds.data(_PASSWD)), "/etc/passwd"]
+    args += ["--ro-bind-data", str(fds.data(_GROUP)), "/etc/group"]
+    return args
+
+
+def _mount_args(policy: SandboxPolicy, fds: _Fds) -> list[str]:
+    """The filesystem: system read-only, fresh /proc /dev /tmp, writable paths by fd."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _SYSTEM_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    for name in _ETC + (_ETC_NETWORK if policy.network else ()):
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    size = str(policy.memory_limit_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
+    args += ["--size", size, "--tmpfs", "/tmp"]
+    working_dir = _real(policy.working_dir)
+    if not working_dir.is_dir():
+        raise SandboxUnavailable(f"working directory {policy.working_dir} is not a directory")
+    writable = dict.fromkeys([working_dir, *(_real(p) for p in policy.allowed_paths)])
+    if Path("/") in writable:
+        raise SandboxUnavailable("the root directory cannot be a writable path")
+    for path in sorted(writable, key=lambda p: len(p.parts)):
+        fd = fds.path(path, follow=False)
+        if fd is None:
+            raise SandboxUnavailable(f"allowed path {path} changed while the sandbox was built")
+        args += ["--bind-fd", str(fd), str(path)]
+        if path.is_dir():
+            args += _protect(path, fds)
+    return [*args, "--remount-ro", "/"]
+
+
+def _protect(directory: Path, fds: _Fds) -> list[str]:
+    """Mount repository metadata and shell start-up files read-only (never via a symlink)."""
+    args: list[str] = []
+    for name in _PROTECTED:
+        fd = fds.path(directory / name, follow=False)
+        if fd is not None:
+            args += ["--ro-bind-fd", str(fd), str(directory / name)]
+    return args
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise SandboxUnavailable(f"path {path} does not exist") from exc
+
+
+def _rlimits(policy: SandboxPolicy, memory_by_cgroup: bool) -> list[str]:
+    """prlimit options: processes, file size, CPU seconds, no core; memory without a cgroup."""
+    cpu = math.ceil(policy.timeout_s) + 1
+    limits = [f"--nproc={policy.max_processes}", f"--fsize={FILE_SIZE_LIMIT_BYTES}"]
+    limits += [f"--cpu={cpu}", "--core=0"]
+    if not memory_by_cgroup:
+        limits.append(f"--as={policy.memory_limit_bytes}")
+    return limits
+
+
+def _shell() -> list[str]:
+    if Path("/usr/bin/bash").exists():
+        return ["/usr/bin/bash", "--noprofile", "--norc", "-c"]
+    return ["/bin/sh", "-c"]
+
+
+class _Cgroup:
+    """A child cgroup holding one sandbox: one directory (cgroup2) or one per hierarchy."""
+
+    def __init__(self) -> None:
+        self.dirs: list[Path] = []
+        self.limits_pids = False
+        self.limits_memory = False
+
+    @classmethod
+    def create(cls, max_processes: int, memory_bytes: int) -> _Cgroup:
+        """Create the child cgroup where the host allows it; an empty one otherwise."""
+        group = cls()
+        name = f"agw-sandbox-{uuid.uuid4().hex}"
+        own = _own_cgroups()
+        try:
+            if (CGROUP_MOUNT / "cgroup.controllers").exists():
+                group._create_v2(own.get("", "/"), name, max_processes, memory_bytes)
+            else:
+                group._create_v1(own, name, max_processes, memory_bytes)
+        except BaseException:
+            for directory in group.dirs:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            raise
+        return group
+
+    def _create_v2(self, own: str, name: str, max_processes: int, memory_bytes: int) -> None:
+        for parent in dict.fromkeys([CGROUP_MOUNT / own.lstrip("/"), CGROUP_MOUNT]):
+            wanted = {"pids", "memory"} & set(_read(parent / "cgroup.controllers").split())
+            missing = wanted - set(_read(parent / "cgroup.subtree_control").split())
+            if not wanted or (missing and not _write(parent / "cgroup.subtree_control", missing)):
+                continue
+            child = parent / name
+            with contextlib.suppress(OSError):
+                child.mkdir()
+                self.dirs.append(child)
+                self.limits_pids = _write(child / "pids.max", max_processes)
+                self.limits_memory = _write(child / "memory.max", memory_bytes)
+                _write(child / "memory.swap.max", 0)
+                return
+
+    def _create_v1(self, own: dict[str, str], name: str, max_processes: int, memory: int) -> None:
+        for controller, limit_file, value in (
+            ("pids", "pids.max", max_processes),
+            ("memory", "memory.limit_in_bytes", memory),
+        ):
+            hierarchy = CGROUP_MOUNT / controller
+            if controller not in own or not (hierarchy / "cgroup.procs").exists():
+                continue
+            for parent in dict.fromkeys([hierarchy / own[controller].lstrip("/"), hierarchy]):
+                child = parent / name
+                try:
+                    child.mkdir()
+                except OSError:
+                    continue
+                self.dirs.append(child)
+                limited = _write(child / limit_file, value)
+                if controller == "pids":
+                    self.limits_pids = limited
+                else:
+                    self.limits_memory = limited
+                    _write(child / "memory.memsw.limit_in_bytes", memory)
+                break
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the group."""
+        for directory in self.dirs:
+            if (directory / "cgroup.kill").exists() and _write(directory / "cgroup.kill", 1):
+                continue
+            for pid in _read(directory / "cgroup.procs").split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+    async def remove(self) -> None:
+        """Kill what is left, then remove the directories once they are empty."""
+        delay = 0.002
+        deadline = time.monotonic() + _REAP_TIMEOUT_S
+        while self.dirs:
+            self.kill_all()
+            for directory in list(self.dirs):
+                try:
+                    directory.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+                self.dirs.remove(directory)
+            if self.dirs and time.monotonic() > deadline:
+                logger.warning("sandbox cgroup not removed: %s", ", ".join(map(str, self.dirs)))
+                return
+            if self.dirs:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per controller ('' for the cgroup2 hierarchy)."""
+    paths: dict[str, str] = {}
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            paths[controller] = path
+    return paths
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _write(path: Path, value: object) -> bool:
+    """Write a cgroup control file; False if the kernel refuses."""
+    text = " ".join(f"+{v}" for v in sorted(value)) if isinstance(value, set) else str(value)
+    try:
+        path.write_text(text)
+    except OSError:
+        return False
+    return True
+
+
+class _Execution:
+    """One running sandbox: its output, its pid 1 and how it ends."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        info_fd: int,
+        cgroup: _Cgroup,
+        policy: SandboxPolicy,
+    ) -> None:
+        self.proc = proc
+        self.cgroup = cgroup
+        self.policy = policy
+        self.info_file = os.fdopen(info_fd, "rb", buffering=0)
+        self.info = asyncio.ensure_future(self._read_info())
+        self.child_pid: int | None = None
+        self.init_pidfd: int | None = None
+        self.total = 0
+        self.truncated = False
+        self.killed = False
+        self.overflow = asyncio.Event()
+
+    async def collect(self, started: float) -> SandboxResult:
+        """Read both streams until the command ends, times out or floods its output."""
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        out, err = bytearray(), bytearray()
+        finished = asyncio.gather(
+            self._pump(self.proc.stdout, out), self._pump(self.proc.stderr, err), self.proc.wait()
+        )
+        overflow = asyncio.ensure_future(self.overflow.wait())
+        waiters: set[asyncio.Future[Any]] = {finished, overflow}
+        try:
+            done, _ = await asyncio.wait(
+                waiters,
+                timeout=self.policy.timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            timed_out = not done
+            if finished not in done:
+                await self.kill()
+                await asyncio.wait({finished}, timeout=_REAP_TIMEOUT_S)
+            duration_ms = (time.monotonic() - started) * 1000
+            await asyncio.wait({self.info}, timeout=_REAP_TIMEOUT_S)
+        finally:
+            for task in (finished, overflow):
+                task.cancel()
+        if not self.killed and self._setup_failed():
+            text = err.decode(errors="replace").strip()
+            raise SandboxUnavailable(f"the sandbox could not start: {text}")
+        return SandboxResult(
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            exit_code=None if self.killed else self.proc.returncode,
+            timed_out=timed_out,
+            truncated=self.truncated,
+            duration_ms=duration_ms,
+        )
+
+    async def kill(self) -> None:
+        """Kill the sandbox's pid 1 (its namespace dies with it), then the cgroup and group."""
+        if self.proc.returncode is None:
+            self.killed = True
+        if self.init_pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+            # bwrap reaps its pid 1 and exits by itself; the rest is for when it lingers.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 1.0)
+        self.cgroup.kill_all()
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def reap(self) -> None:
+        """Make sure nothing of the sandbox runs any more, then release its descriptors."""
+        try:
+            if self.proc.returncode is None:
+                await self.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), _REAP_TIMEOUT_S)
+            self.info.cancel()
+            await asyncio.wait({self.info})
+            if self.init_pidfd is not None:
+                await self._wait_init_gone()
+        finally:
+            self.info_file.close()
+            if self.init_pidfd is not None:
+                os.close(self.init_pidfd)
+                self.init_pidfd = None
+
+    async def _pump(self, stream: asyncio.StreamReader, buffer: bytearray) -> None:
+        """Append what `stream` sends while the shared output budget lasts; drain the rest."""
+        while chunk := await stream.read(_READ_CHUNK):
+            room = self.policy.output_limit_bytes - self.total
+            if len(chunk) > room:
+                buffer += chunk[: max(room, 0)]
+                self.total += max(room, 0)
+                self.truncated = True
+                self.overflow.set()
+            else:
+                buffer += chunk
+                self.total += len(chunk)
+
+    async def _read_info(self) -> None:
+        """Learn the sandbox's pid 1 from bwrap's info descriptor and hold a pidfd on it."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), self.info_file
+        )
+        data = b""
+        try:
+            while chunk := await reader.read(4096):
+                data += chunk
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    pid = int(json.loads(data)["child-pid"])
+                    break
+            else:
+                return
+        finally:
+            transport.close()
+        self.child_pid = pid
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        stat_line = _read(Path(f"/proc/{pid}/stat"))
+        fields = stat_line.rpartition(")")[2].split()
+        if len(fields) > 1 and int(fields[1]) == self.proc.pid:
+            self.init_pidfd = pidfd
+        else:
+            os.close(pidfd)
+
+    def _setup_failed(self) -> bool:
+        """True when bwrap (or the cgroup join) ended before creating the sandbox."""
+        return self.info.done() and self.child_pid is None
+
+    async def _wait_init_gone(self) -> None:
+        """Wait until the sandbox's pid 1 has exited: then its whole pid namespace has."""
+        assert self.init_pidfd is not None
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def exited() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(self.init_pidfd, exited)
+        try:
+            await asyncio.wait_for(gone, _REAP_TIMEOUT_S)
+        except TimeoutError:
+            logger.warning("sandbox pid 1 still running after %.0f s", _REAP_TIMEOUT_S)
+        finally:
+            loop.remove_reader(self.init_pidfd)

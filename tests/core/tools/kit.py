@@ -1,0 +1,249 @@
+"""Helpers for the tool and mode tests: test tools, a gateway with them, stream invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agw.v1 import events_pb2 as pb
+from google.protobuf import json_format
+
+from service.core.events import BLOCK_ENDS, BLOCKS, TERMINALS
+from service.core.tools.definitions import ToolDefinition, ToolError
+from service.core.tools.registry import BackendTool, ToolCallInfo
+from service.providers import loopback as lb
+from service.providers.loopback import LoopbackProvider
+from service.testing import Harness, write_agent
+from service.tools.city_datetime import city_datetime_tool
+from service.tools.weather import mock_city_weather_tool
+
+FIXED_NOW = datetime(2025, 3, 1, 4, 30, tzinfo=UTC)  # 12:30 in Shanghai
+
+
+def definition(name: str, **extra: Any) -> ToolDefinition:
+    return ToolDefinition(
+        name=name,
+        kind="backend",
+        description=f"The {name} test tool.",
+        parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+        **extra,
+    )
+
+
+class Probe:
+    """Test tools that record their calls: echo, boom, slow (waits until released), meet."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.arrived = 0
+        self.all_arrived = asyncio.Event()
+
+    async def echo(self, arguments: dict[str, Any], call: ToolCallInfo) -> dict[str, Any]:
+        self.calls.append(("echo", arguments))
+        return {"echo": arguments.get("text", ""), "taskId": call.task_id}
+
+    async def boom(self, arguments: dict[str, Any], call: ToolCallInfo) -> Any:
+        self.calls.append(("boom", arguments))
+        raise RuntimeError("kaput")
+
+    async def refuse(self, arguments: dict[str, Any], call: ToolCallInfo) -> Any:
+        raise ToolError("not today")
+
+    async def slow(self, arguments: dict[str, Any], call: ToolCallInfo) -> str:
+        self.calls.append(("slow", arguments))
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return "slow done"
+
+    async def meet(self, arguments: dict[str, Any], call: ToolCallInfo) -> str:
+        """Returns only once two calls are running at the same time."""
+        self.arrived += 1
+        if self.arrived >= 2:
+            self.all_arrived.set()
+        await self.all_arrived.wait()
+        return f"met {arguments.get('text', '')}"
+
+    def tools(self) -> list[BackendTool]:
+        return [
+            BackendTool(definition("echo", after_call_hint="Quote the echo."), self.echo),
+            BackendTool(definition("boom"), self.boom),
+            BackendTool(definition("refuse"), self.refuse),
+            BackendTool(definition("slow", timeout_s=0.3), self.slow),
+            BackendTool(definition("forever"), self.slow),
+            BackendTool(definition("meet", timeout_s=5), self.meet),
+            city_datetime_tool(lambda: FIXED_NOW),
+            mock_city_weather_tool(lambda: FIXED_NOW),
+        ]
+
+
+def write_ui_tools(directory: Path) -> Path:
+    """A frontend tool `pick` (.html) and an action `theme` (.action)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pick = {
+        "name": "pick",
+        "description": "Let the user pick an option.",
+        "parameters": {
+            "type": "object",
+            "properties": {"options": {"type": "array", "items": {"type": "string"}}},
+        },
+        "toolApi": "/views/pick.html",
+        "toolParams": {"size": "small"},
+    }
+    theme = {
+        "name": "theme",
+        "description": "Switch the theme.",
+        "parameters": {"type": "object", "properties": {"theme": {"type": "string"}}},
+    }
+    (directory / "pick.html").write_text(json.dumps({"tools": [pick]}))
+    (directory / "ui.action").write_text(json.dumps({"tools": [theme]}))
+    return directory
+
+
+@asynccontextmanager
+async def tool_gateway(
+    tmp_path: Path,
+    provider: LoopbackProvider,
+    agents: dict[str, dict[str, Any]],
+    probe: Probe | None = None,
+    **settings: Any,
+) -> AsyncIterator[Harness]:
+    """A gateway on `provider` with `agents`, the UI test tools and the probe's tools."""
+    agents_dir = tmp_path / "agents"
+    for key, agent in agents.items():
+        write_agent(agents_dir, key, agent)
+    tools_dir = write_ui_tools(tmp_path / "tools")
+    async with Harness.start(
+        agents_dir, provider, tools_dir=tools_dir, http_enabled=False, **settings
+    ) as gateway:
+        for tool in (probe or Probe()).tools():
+            gateway.app.tools.register(tool)
+        yield gateway
+
+
+def agent(mode: str = "ONESHOT", prompt: str = "Be brief.", **extra: Any) -> dict[str, Any]:
+    """An agent definition of `mode` with `prompt` in each stage it needs."""
+    stages: dict[str, Any] = {
+        "ONESHOT": {"plain": {"systemPrompt": prompt}},
+        "REACT": {"react": {"systemPrompt": prompt}},
+        "PLAN_EXECUTE": {
+            "planExecute": {
+                "plan": {"systemPrompt": "Plan. " + prompt},
+                "execute": {"systemPrompt": "Execute. " + prompt},
+            }
+        },
+    }
+    merged = {"mode": mode, **stages[mode]}
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def tools(*backends: str, frontends: tuple[str, ...] = (), actions: tuple[str, ...] = ()) -> dict:
+    return {"backends": list(backends), "frontends": list(frontends), "actions": list(actions)}
+
+
+# Scripts ----------------------------------------------------------------------------
+
+
+def call_turn(*calls: tuple[str, str, str], reasoning: str = "") -> list[lb.ScriptItem]:
+    """A turn calling tools: each (tool_call_id, name, arguments), arguments in two fragments."""
+    script: list[lb.ScriptItem] = [lb.reasoning(reasoning)] if reasoning else []
+    for index, (call_id, name, arguments) in enumerate(calls):
+        half = len(arguments) // 2
+        script += [
+            lb.tool_call(index, call_id, name, arguments[:half]),
+            lb.tool_call(index, arguments=arguments[half:]),
+        ]
+    return [*script, lb.finish("tool_calls"), lb.usage(10, 5), lb.DONE]
+
+
+def answer_turn(*pieces: str, reasoning: str = "") -> list[lb.ScriptItem]:
+    script: list[lb.ScriptItem] = [lb.reasoning(reasoning)] if reasoning else []
+    script += [lb.content(piece) for piece in pieces]
+    return [*script, lb.finish("stop"), lb.usage(10, 5), lb.DONE]
+
+
+# Assertions -------------------------------------------------------------------------
+
+
+def kinds(events: list[pb.Event]) -> list[str]:
+    return [e.type for e in events]
+
+
+def result_of(event: pb.Event) -> Any:
+    field = event.WhichOneof("payload")
+    assert field in ("tool_result", "action_result"), field
+    return json_format.MessageToDict(getattr(event, field).result)
+
+
+ID_FORMS = {
+    "frontend": re.compile(r"^t_[0-9a-f]{8}$"),
+    "action": re.compile(r"^a_[0-9a-f]{8}$"),
+}
+
+
+def assert_invariants(events: list[pb.Event]) -> None:
+    """The streaming rules of SPEC §2 on one run's whole stream."""
+    assert events, "no events"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    run_id, chat_id = events[0].run_id, events[0].chat_id
+    assert run_id and chat_id
+    terminals = [i for i, e in enumerate(events) if e.WhichOneof("payload") in TERMINALS]
+    assert terminals == [len(events) - 1], "exactly one terminal event, the last"
+    open_blocks: dict[str, str] = {}
+    ended: set[str] = set()
+    chunks: dict[str, int] = {}
+    reasoning_n = content_n = 0
+    for event in events:
+        field = event.WhichOneof("payload")
+        assert field is not None and event.type == field.replace("_", ".", 1)
+        assert (event.run_id, event.chat_id) == (run_id, chat_id)
+        if field in BLOCKS:
+            block_id = getattr(getattr(event, field), BLOCKS[field][1])
+            assert block_id not in open_blocks and block_id not in ended, block_id
+            open_blocks[block_id] = field
+            if field == "reasoning_start":
+                reasoning_n += 1
+                assert block_id == f"{run_id}_r_{reasoning_n}"
+            elif field == "content_start":
+                content_n += 1
+                assert block_id == f"{run_id}_c_{content_n}"
+            elif field == "action_start":
+                assert ID_FORMS["action"].match(block_id), block_id
+            elif event.tool_start.tool_type not in ("backend", ""):
+                assert ID_FORMS["frontend"].match(block_id), block_id
+        elif field in BLOCK_ENDS:
+            block_id = getattr(getattr(event, field), BLOCK_ENDS[field])
+            assert block_id in open_blocks, f"{field} of a block not open: {block_id}"
+            del open_blocks[block_id]
+            ended.add(block_id)
+        elif field in ("reasoning_delta", "content_delta"):
+            block_id = getattr(getattr(event, field), field.split("_")[0] + "_id")
+            assert block_id in open_blocks, f"{field} outside its block"
+        elif field in ("tool_args", "action_args"):
+            payload = getattr(event, field)
+            block_id = payload.tool_id if field == "tool_args" else payload.action_id
+            assert block_id in open_blocks, f"{field} outside its block"
+            assert payload.chunk_index == chunks.get(block_id, 0)
+            chunks[block_id] = payload.chunk_index + 1
+        elif field in ("tool_result", "action_result"):
+            payload = getattr(event, field)
+            block_id = payload.tool_id if field == "tool_result" else payload.action_id
+            assert block_id in ended, f"{field} before its block ended: {block_id}"
+    assert not open_blocks, f"blocks left open: {open_blocks}"

@@ -1,0 +1,99 @@
+"""The built-in backend tools: city_datetime, mock_city_weather, and the _bash_ tool's wiring."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from service.config import Settings
+from service.core.tools.definitions import ToolError
+from service.core.tools.registry import ToolCallInfo
+from service.tools.bash import bash_tool, describe, policy_from
+from service.tools.builtin import builtin_tools
+from service.tools.city_datetime import CityDatetime
+from service.tools.sandbox import SandboxResult
+from service.tools.weather import MockCityWeather, forecast
+
+CALL = ToolCallInfo("run", "chat", "call_1", "tool")
+NOW = datetime(2025, 3, 1, 20, 15, 5, tzinfo=UTC)
+
+
+async def test_city_datetime() -> None:
+    tool = CityDatetime(lambda: NOW)
+    assert await tool({"city": " new  york "}, CALL) == {
+        "city": "new  york",
+        "timezone": "America/New_York",
+        "date": "2025-03-01",
+        "time": "15:15:05",
+        "weekday": "Saturday",
+        "utcOffset": "-05:00",
+        "iso": "2025-03-01T15:15:05-05:00",
+    }
+    shanghai = await tool({"city": "上海"}, CALL)
+    assert (shanghai["date"], shanghai["time"]) == ("2025-03-02", "04:15:05")
+    assert (await tool({"city": "Europe/Lisbon"}, CALL))["timezone"] == "Europe/Lisbon"
+    with pytest.raises(ToolError, match=r"unknown city 'Atlantis'; try a city such as"):
+        await tool({"city": "Atlantis"}, CALL)
+    with pytest.raises(ToolError, match="'city' must be a non-empty string"):
+        await tool({}, CALL)
+
+
+async def test_mock_city_weather_is_repeatable() -> None:
+    tool = MockCityWeather(lambda: NOW)
+    first = await tool({"city": "Paris", "date": "2025-03-02"}, CALL)
+    assert first == await tool({"city": "Paris", "date": "2025-03-02"}, CALL)
+    assert first == forecast("Paris", "2025-03-02")
+    assert set(first) == {
+        "city",
+        "date",
+        "condition",
+        "tempHighC",
+        "tempLowC",
+        "humidityPct",
+        "windKph",
+        "source",
+    }
+    assert first["tempLowC"] < first["tempHighC"]
+    assert (await tool({"city": "Tokyo"}, CALL))["date"] == "2025-03-02"  # today in Tokyo
+    with pytest.raises(ToolError, match="'date' must be YYYY-MM-DD"):
+        await tool({"city": "Paris", "date": "tomorrow"}, CALL)
+
+
+def test_bash_settings_become_the_sandbox_policy(tmp_path: Path) -> None:
+    settings = Settings(
+        bash_working_dir=tmp_path / "work",
+        bash_allowed_paths=[tmp_path / "data"],
+        bash_timeout_s=3,
+        bash_output_limit_bytes=1000,
+        bash_memory_limit_bytes=64 * 1024 * 1024,
+        bash_max_processes=8,
+    )
+    policy = policy_from(settings)
+    assert policy.working_dir == (tmp_path / "work").resolve()
+    assert policy.allowed_paths == ((tmp_path / "data").resolve(),)
+    assert (policy.timeout_s, policy.output_limit_bytes, policy.max_processes) == (3, 1000, 8)
+    assert (policy.memory_limit_bytes, policy.network) == (64 * 1024 * 1024, False)
+    tool = bash_tool(settings)
+    assert tool.definition.name == "_bash_" and tool.definition.timeout_s == 8
+    assert "no network access" in tool.definition.description
+    assert [t.definition.name for t in builtin_tools(settings)] == [
+        "_bash_",
+        "city_datetime",
+        "mock_city_weather",
+    ]
+
+
+def test_bash_result_text() -> None:
+    result = SandboxResult("hi\n", "", None, True, False, 10_012.4)
+    assert describe(result) == (
+        "exit_code: none (killed)\ntimed_out: true\noutput_truncated: false\n"
+        "duration_ms: 10012\nstdout:\nhi\nstderr:\n"
+    )
+
+
+async def test_bash_refuses_an_empty_command(tmp_path: Path) -> None:
+    tool = bash_tool(Settings(bash_working_dir=tmp_path))
+    with pytest.raises(ToolError, match="'command' must be a non-empty string"):
+        await tool.handler({"command": "  "}, CALL)
