@@ -55,7 +55,10 @@ class Harness:
     async def start(
         agents_dir: Path, provider: LoopbackProvider | None = None, **overrides: Any
     ) -> AsyncIterator[Harness]:
-        """Start the service on loopback with `provider` as its only (default) provider."""
+        """Start the service on loopback with `provider` as its only (default) provider.
+
+        Chats, run logs and uploads go to `data/` beside `agents_dir` unless overridden.
+        """
         providers = {}
         if provider is not None:
             providers[FAKE_PROVIDER] = ProviderSettings(
@@ -64,14 +67,16 @@ class Harness:
                 max_retries=0,
                 read_timeout_s=10,
             )
-        settings = Settings(
-            grpc_address="127.0.0.1:0",
-            agents_dir=agents_dir,
-            agents_watch=False,
-            providers=providers,
-            default_provider=FAKE_PROVIDER if provider else "",
-            **overrides,
-        )
+        defaults: dict[str, Any] = {
+            "grpc_address": "127.0.0.1:0",
+            "http_address": "127.0.0.1:0",
+            "agents_dir": agents_dir,
+            "agents_watch": False,
+            "data_dir": agents_dir.parent / "data",
+            "providers": providers,
+            "default_provider": FAKE_PROVIDER if provider else "",
+        }
+        settings = Settings(**{**defaults, **overrides})
         app = App(settings)
         await app.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc.port}")
@@ -80,6 +85,13 @@ class Harness:
         finally:
             await channel.close()
             await app.stop()
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the HTTP/SSE adapter and web page, e.g. "http://127.0.0.1:41234"."""
+        if self.app.http is None:
+            raise RuntimeError("the HTTP adapter is off (http_enabled=False)")
+        return f"http://127.0.0.1:{self.app.http.port}"
 
     async def query(self, agent_key: str, message: str, **fields: Any) -> list[pb.Event]:
         """Run a query to its end and return every event."""

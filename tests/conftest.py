@@ -31,3 +31,12 @@ def agents_dir(tmp_path: Path) -> Path:
 async def gateway(agents_dir: Path, provider: LoopbackProvider) -> AsyncIterator[Harness]:
     async with Harness.start(agents_dir, provider) as harness:
         yield harness
+
+
+@pytest.fixture
+async def cancelling_gateway(
+    agents_dir: Path, provider: LoopbackProvider
+) -> AsyncIterator[Harness]:
+    """A gateway whose disconnect policy is to cancel the run."""
+    async with Harness.start(agents_dir, provider, disconnect_policy="cancel") as harness:
+        yield harness

@@ -11,18 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
+from opentelemetry import trace
 
-from service.core import events
+from service.core import events, instruments
 from service.core.agents import AgentDefinition, ResolvedStage
 from service.core.errors import AgwError, BudgetExhausted, InvalidRequest
 from service.core.model import ModelClient, ModelRequest, Usage
+from service.core.observe import usage_message
+from service.core.policies import RunPolicies
 from service.core.run import Run
+from service.core.tools.executor import ToolExecutor
+from service.core.tools.registry import ToolRegistry
 from service.core.turn import Ids
+from service.core.waits import Waits
 
 log = logging.getLogger("agw.run")
 
@@ -55,6 +60,16 @@ class RunContext:
     request: gw.QueryRequest
     models: ModelRouter
     ids: Ids
+    history: list[dict[str, Any]] = field(default_factory=list)  # the chat's last runs
+    user_message: dict[str, Any] = field(default_factory=dict)  # this run's user message
+    tools: ToolRegistry = field(default_factory=ToolRegistry)  # the tools the stages may use
+    waits: Waits = field(default_factory=Waits)  # frontend tools waiting for Submit
+    policies: RunPolicies = field(init=False)  # budgets, tool policy, output, verify
+    executor: ToolExecutor = field(init=False)  # runs the tool calls
+
+    def __post_init__(self) -> None:
+        self.policies = RunPolicies(self.agent)
+        self.executor = ToolExecutor(self.run, self.tools, self.waits)
 
     def model_call(
         self, stage: ResolvedStage, messages: list[dict[str, Any]], **options: Any
@@ -64,6 +79,9 @@ class RunContext:
 
 
 Mode = Callable[[RunContext], Awaitable[Outcome]]
+
+#: A stage's name in the chat records and logs, where it differs from the agent file's.
+STAGE_LABELS = {"plain": "oneshot"}
 
 
 def resolve_model(
@@ -92,26 +110,35 @@ def resolve_model(
         top_p=cfg.top_p,
         max_tokens=cfg.max_tokens,
         run_id=run_id,
-        stage=stage.name,
+        stage=STAGE_LABELS.get(stage.name, stage.name),
     )
     for key, value in options.items():
         setattr(request, key, value)
     return client, request
 
 
-def usage_message(usage: Usage | None) -> pb.Usage | None:
-    if usage is None:
-        return None
-    return pb.Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        cached_tokens=usage.cached_tokens,
-    )
-
-
 async def execute(ctx: RunContext, mode: Mode) -> None:
+    """Run `mode` in the run's span and record the run's metrics."""
+    run = ctx.run
+    labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
+    instruments.runs_started.add(1, labels)
+    attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
+    with instruments.tracer.start_as_current_span(f"run {ctx.agent.key}", attributes=attributes):
+        try:
+            await _execute(ctx, mode)
+        finally:
+            terminal = run.terminal
+            field = terminal.WhichOneof("payload") if terminal is not None else "run_cancel"
+            span = trace.get_current_span()
+            span.set_attribute("agw.outcome", instruments.OUTCOMES.get(field or "", "cancelled"))
+            if field == "run_error" and terminal is not None:
+                span.set_status(trace.StatusCode.ERROR, terminal.run_error.error.message)
+            instruments.runs_ended.add(
+                1, {**labels, "agw.outcome": instruments.OUTCOMES.get(field or "", "cancelled")}
+            )
+
+
+async def _execute(ctx: RunContext, mode: Mode) -> None:
     """Run `mode` under the agent's time budget and end the run with one terminal event."""
     run = ctx.run
     timeout_ms = ctx.agent.budget.timeout_ms
@@ -138,4 +165,5 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
         log.exception("run %s failed unexpectedly", run.run_id)
         run.finish(events.run_error("INTERNAL", f"internal error ({type(error).__name__})"))
     else:
-        run.finish(events.run_complete(outcome.finish_reason, usage_message(outcome.usage)))
+        total = run.usage if run.usage is not None else outcome.usage  # every call of the run
+        run.finish(events.run_complete(outcome.finish_reason, usage_message(total)))

@@ -26,7 +26,7 @@ class GrpcServer:
         address: str,
         *,
         keepalive_time_s: float = 60.0,
-        cancel_on_disconnect: bool = True,
+        cancel_on_disconnect: bool = False,
     ) -> None:
         self.runtime = runtime
         self.address = address

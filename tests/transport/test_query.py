@@ -247,16 +247,16 @@ async def test_cancel_of_unknown_run_is_not_found(gateway: Harness) -> None:
 
 
 async def test_client_cancel_closes_provider_connection_promptly(
-    gateway: Harness, provider: LoopbackProvider
+    cancelling_gateway: Harness, provider: LoopbackProvider
 ) -> None:
     gate = asyncio.Event()
     provider.enqueue([content("a"), Gate(gate), DONE])
-    call = gateway.stub.Query(gw.QueryRequest(agent_key="plain", message="go"))
+    call = cancelling_gateway.stub.Query(gw.QueryRequest(agent_key="plain", message="go"))
     async for event in call:
         if event.type == "content.delta":
             break
     assert provider.open_connections == 1
-    run = gateway.app.runtime.get_run(event.run_id)
+    run = cancelling_gateway.app.runtime.get_run(event.run_id)
     started = time.monotonic()
     call.cancel()
     await asyncio.wait_for(run.wait(), 1.0)
@@ -267,7 +267,7 @@ async def test_client_cancel_closes_provider_connection_promptly(
 
 
 async def test_a_thousand_cancelled_streams_leak_nothing(
-    gateway: Harness, provider: LoopbackProvider
+    cancelling_gateway: Harness, provider: LoopbackProvider
 ) -> None:
     gate = asyncio.Event()  # never set: every stream hangs after its first delta
 
@@ -278,7 +278,7 @@ async def test_a_thousand_cancelled_streams_leak_nothing(
     tasks_before = len(asyncio.all_tasks())
 
     async def one() -> None:
-        call = gateway.stub.Query(gw.QueryRequest(agent_key="plain", message="go"))
+        call = cancelling_gateway.stub.Query(gw.QueryRequest(agent_key="plain", message="go"))
         async for event in call:
             if event.type == "content.delta":
                 call.cancel()
@@ -286,10 +286,11 @@ async def test_a_thousand_cancelled_streams_leak_nothing(
 
     for _ in range(20):
         await asyncio.gather(*(one() for _ in range(50)))
-    runtime = gateway.app.runtime
+    runtime = cancelling_gateway.app.runtime
     await asyncio.wait_for(asyncio.gather(*(run.wait() for run in runtime.runs.values())), 10)
     await provider.wait_connections(0, timeout=10)
     await asyncio.sleep(0)  # let the last tasks' done-callbacks run
+    await runtime.flush()  # chat records and run logs written
     assert runtime.active_runs == 0
     assert provider.open_connections == 0
     assert len(asyncio.all_tasks()) <= tasks_before + 2
@@ -297,5 +298,5 @@ async def test_a_thousand_cancelled_streams_leak_nothing(
     # the pool still works after all that
     provider.responder = None
     provider.enqueue([content("ok"), finish("stop"), DONE])
-    events = await gateway.query("plain", "still alive?")
+    events = await cancelling_gateway.query("plain", "still alive?")
     assert events[-1].type == "run.complete"

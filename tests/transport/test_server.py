@@ -42,23 +42,6 @@ async def test_reflection_lists_the_services(gateway: Harness) -> None:
     assert replies[1].file_descriptor_response.file_descriptor_proto
 
 
-@pytest.mark.parametrize(
-    ("method", "request_message"),
-    [
-        ("Submit", gw.SubmitRequest(run_id="r", tool_id="t")),
-        ("ListChats", gw.ListChatsRequest()),
-        ("GetChat", gw.GetChatRequest(chat_id="c")),
-        ("Upload", gw.UploadRequest(name="a.txt")),
-    ],
-)
-async def test_rpcs_of_later_milestones_answer_unimplemented(
-    gateway: Harness, method: str, request_message
-) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await getattr(gateway.stub, method)(request_message)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-
 async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess.Process, int]:
     agents = tmp_path / "agents"
     agents.mkdir()

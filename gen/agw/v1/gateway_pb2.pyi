@@ -58,6 +58,34 @@ DEBUG_LEVEL_FULL: DebugLevel.ValueType  # 4
 """Also untruncated model input and output."""
 Global___DebugLevel: _TypeAlias = DebugLevel  # noqa: Y015
 
+class _MultitaskStrategy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MultitaskStrategyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MultitaskStrategy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MULTITASK_STRATEGY_UNSPECIFIED: _MultitaskStrategy.ValueType  # 0
+    """Use the server's default (setting `multitask_strategy`, REJECT unless changed)."""
+    MULTITASK_STRATEGY_REJECT: _MultitaskStrategy.ValueType  # 1
+    """Refuse the new query with FAILED_PRECONDITION (reason CHAT_BUSY)."""
+    MULTITASK_STRATEGY_ENQUEUE: _MultitaskStrategy.ValueType  # 2
+    """Start the new run when the active one has ended; its stream stays open meanwhile."""
+    MULTITASK_STRATEGY_INTERRUPT: _MultitaskStrategy.ValueType  # 3
+    """Cancel the active run (it ends with run.cancel, reason "interrupt"), then start."""
+
+class MultitaskStrategy(_MultitaskStrategy, metaclass=_MultitaskStrategyEnumTypeWrapper):
+    """What a Query does when its chat already has an active run ("double texting")."""
+
+MULTITASK_STRATEGY_UNSPECIFIED: MultitaskStrategy.ValueType  # 0
+"""Use the server's default (setting `multitask_strategy`, REJECT unless changed)."""
+MULTITASK_STRATEGY_REJECT: MultitaskStrategy.ValueType  # 1
+"""Refuse the new query with FAILED_PRECONDITION (reason CHAT_BUSY)."""
+MULTITASK_STRATEGY_ENQUEUE: MultitaskStrategy.ValueType  # 2
+"""Start the new run when the active one has ended; its stream stays open meanwhile."""
+MULTITASK_STRATEGY_INTERRUPT: MultitaskStrategy.ValueType  # 3
+"""Cancel the active run (it ends with run.cancel, reason "interrupt"), then start."""
+Global___MultitaskStrategy: _TypeAlias = MultitaskStrategy  # noqa: Y015
+
 class _SubmitOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -138,6 +166,7 @@ class QueryRequest(_message.Message):
     SCENE_FIELD_NUMBER: _builtins.int
     STREAM_FIELD_NUMBER: _builtins.int
     DEBUG_LEVEL_FIELD_NUMBER: _builtins.int
+    MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The client's id for the request; generated when empty."""
     chat_id: _builtins.str
@@ -152,6 +181,8 @@ class QueryRequest(_message.Message):
     """Whether to stream; true when unset."""
     debug_level: Global___DebugLevel.ValueType
     """Debug events to emit for this run."""
+    multitask_strategy: Global___MultitaskStrategy.ValueType
+    """What to do when the chat already has an active run; the server's default when unset."""
     @_builtins.property
     def references(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.Reference]:
         """Files and URLs the message refers to."""
@@ -177,10 +208,11 @@ class QueryRequest(_message.Message):
         scene: _struct_pb2.Struct | None = ...,
         stream: _builtins.bool | None = ...,
         debug_level: Global___DebugLevel.ValueType = ...,
+        multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "multitask_strategy", b"multitask_strategy", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stream: _TypeAlias = _typing.Literal["stream"]  # noqa: Y015
     _WhichOneofArgType__stream: _TypeAlias = _typing.Literal["_stream", b"_stream"]  # noqa: Y015

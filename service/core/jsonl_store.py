@@ -1,0 +1,232 @@
+"""Chat records as JSONL files: `{dir}/{chatId}.json`, one record per line.
+
+Durability and crash safety:
+- Each record is one `write()` of one line on an `O_APPEND` descriptor.
+- A crash (kill -9) in the middle of a write can still leave a torn last line.
+  Before its first append to a file, the store checks that the file ends with a
+  newline; if not, the torn fragment is moved to `{chatId}.json.torn` and cut
+  off, so the next record is never glued to it.
+- fsync policy (`fsync`): "run" (default) fsyncs a chat's file at the end of
+  each run, "always" after every append, "never" leaves it to the OS. A failed
+  fsync marks the file failed: it is never retried and further appends to that
+  chat are refused (the PostgreSQL fsyncgate lesson).
+- On read, a line that is not a JSON object is reported (file and line number)
+  and skipped, never fatal. Old field names are read: `planSnapshot` → `plan`,
+  and a plan's `plan` list → `tasks`.
+- One process writes a directory; appends to one chat are serialised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from service.core.chats import ChatSummary, Record, chat_name_of
+from service.core.errors import AgwError, ChatNotFound, InvalidRequest
+
+log = logging.getLogger("agw.store")
+
+FsyncPolicy = Literal["run", "always", "never"]
+_CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class StoreFailed(AgwError):
+    """A chat file could not be made durable; it accepts no more appends."""
+
+    reason = "STORE_FAILED"
+
+
+def check_chat_id(chat_id: str) -> str:
+    """Chat ids become file names: letters, digits, `_`, `-`, `.`; at most 128."""
+    if not _CHAT_ID.match(chat_id) or ".." in chat_id:
+        raise InvalidRequest(
+            f"invalid chatId {chat_id!r}: use 1-128 letters, digits, '_', '-' or '.'"
+        )
+    return chat_id
+
+
+def upgrade_record(record: Record) -> Record:
+    """Read compatibility with older field names."""
+    if "plan" not in record and "planSnapshot" in record:
+        record["plan"] = record.pop("planSnapshot")
+    plan = record.get("plan")
+    if isinstance(plan, dict) and "tasks" not in plan and isinstance(plan.get("plan"), list):
+        plan["tasks"] = plan.pop("plan")
+    return record
+
+
+class JsonlChatStore:
+    """The JSONL implementation of `ChatStore`."""
+
+    def __init__(self, directory: Path, *, fsync: FsyncPolicy = "run") -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self._summaries: dict[str, ChatSummary] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._checked: set[str] = set()
+        self._failed: set[str] = set()
+        self._dirty: set[str] = set()
+
+    def path(self, chat_id: str) -> Path:
+        return self.directory / f"{check_chat_id(chat_id)}.json"
+
+    # Index ----------------------------------------------------------------------
+
+    def load_index(self) -> None:
+        """Scan the directory once at start-up to build the chat summaries."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for path in self.directory.glob("*.json"):
+            chat_id = path.stem
+            if not _CHAT_ID.match(chat_id):
+                continue
+            for record in self._read_file(path):
+                self._index(chat_id, record)
+
+    def _index(self, chat_id: str, record: Record) -> None:
+        updated = int(record.get("updatedAt") or 0)
+        summary = self._summaries.get(chat_id)
+        if summary is None:
+            query = record.get("query") or {}
+            summary = ChatSummary(
+                chat_id=chat_id,
+                chat_name=chat_name_of(str(query.get("message") or "")),
+                agent_key=str(query.get("agentKey") or ""),
+                created_at=updated,
+                updated_at=updated,
+                run_count=0,
+            )
+            self._summaries[chat_id] = summary
+        if record.get("_type") == "query":
+            summary.run_count += 1
+        summary.updated_at = max(summary.updated_at, updated)
+
+    def summary(self, chat_id: str) -> ChatSummary | None:
+        return self._summaries.get(chat_id)
+
+    def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
+        ordered = sorted(self._summaries.values(), key=lambda s: (-s.updated_at, s.chat_id))
+        start = int(cursor) if cursor.isdigit() else 0
+        page = ordered[start : start + limit]
+        more = start + limit < len(ordered)
+        return page, str(start + limit) if more else ""
+
+    # Writing --------------------------------------------------------------------
+
+    async def append(self, chat_id: str, records: list[Record]) -> None:
+        path = self.path(chat_id)
+        if chat_id in self._failed:
+            raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
+        data = b"".join(
+            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            for r in records
+        )
+        lock = self._locks.setdefault(chat_id, asyncio.Lock())
+        async with lock:
+            await asyncio.to_thread(self._write, chat_id, path, data)
+        for record in records:
+            self._index(chat_id, record)
+
+    def _write(self, chat_id: str, path: Path, data: bytes) -> None:
+        if chat_id not in self._checked:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            repair_torn_tail(path)
+            self._checked.add(chat_id)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            os.write(fd, data)
+            if self.fsync == "always":
+                self._fsync(chat_id, fd)
+            else:
+                self._dirty.add(chat_id)
+        finally:
+            os.close(fd)
+
+    def _fsync(self, chat_id: str, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as error:
+            self._failed.add(chat_id)
+            log.error("fsync of chat %s failed (%s); the chat is now read-only", chat_id, error)
+            raise StoreFailed(f"could not make chat {chat_id!r} durable: {error}") from error
+
+    async def sync(self, chat_id: str) -> None:
+        if self.fsync != "run" or chat_id not in self._dirty:
+            return
+        self._dirty.discard(chat_id)
+        path = self.path(chat_id)
+
+        def fsync() -> None:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self._fsync(chat_id, fd)
+            finally:
+                os.close(fd)
+
+        async with self._locks.setdefault(chat_id, asyncio.Lock()):
+            await asyncio.to_thread(fsync)
+
+    # Reading --------------------------------------------------------------------
+
+    async def read(self, chat_id: str) -> list[Record]:
+        path = self.path(chat_id)
+        if not path.exists():
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        return await asyncio.to_thread(self._read_file, path)
+
+    @staticmethod
+    def _read_file(path: Path) -> list[Record]:
+        records: list[Record] = []
+        with path.open("rb") as file:
+            for number, line in enumerate(file, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    log.warning("%s:%d: skipping a corrupt line (%s)", path, number, error)
+                    continue
+                if not isinstance(record, dict) or record.get("_type") not in ("query", "step"):
+                    log.warning("%s:%d: skipping a line that is not a chat record", path, number)
+                    continue
+                records.append(upgrade_record(record))
+        return records
+
+
+def repair_torn_tail(path: Path) -> bool:
+    """Cut off an incomplete last line (saved beside as `.torn`); True when one was found."""
+    try:
+        file = path.open("rb+")
+    except FileNotFoundError:
+        return False
+    with file:
+        size = file.seek(0, os.SEEK_END)
+        if size == 0:
+            return False
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return False
+        # walk back to the last complete line
+        position, tail = size, b""
+        while position > 0:
+            step = min(65536, position)
+            position -= step
+            file.seek(position)
+            tail = file.read(step) + tail
+            cut = tail.rfind(b"\n")
+            if cut >= 0:
+                position += cut + 1
+                tail = tail[cut + 1 :]
+                break
+        with path.with_suffix(path.suffix + ".torn").open("ab") as torn:
+            torn.write(tail + b"\n")
+        file.truncate(position)
+        file.flush()
+        os.fsync(file.fileno())
+    log.warning("%s: cut off a torn last line of %d bytes (kept in .torn)", path, len(tail))
+    return True
+
