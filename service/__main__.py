@@ -10,12 +10,14 @@ from pathlib import Path
 from service import logs
 from service.app import App
 from service.config import Settings
+from service.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("agw")
 
 
 async def serve(settings: Settings, port_file: str | None = None) -> None:
     """Serve until SIGTERM/SIGINT; write the bound gRPC port to `port_file` once listening."""
+    telemetry = configure_telemetry(settings)
     app = App(settings)
     await app.start()
     if port_file:
@@ -27,6 +29,7 @@ async def serve(settings: Settings, port_file: str | None = None) -> None:
     await stop.wait()
     log.info("stopping: draining runs for up to %.1fs", settings.shutdown_grace_s)
     await app.stop()
+    telemetry.shutdown()
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ import json
 import logging
 import time
 
+from service.telemetry import TraceIdFilter
+
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
@@ -28,10 +30,12 @@ class JsonFormatter(logging.Formatter):
 
 def configure(level: str, fmt: str) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(TraceIdFilter())  # runs' log lines carry their trace id
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        text = "%(asctime)s %(levelname)-7s %(name)s: %(message)s %(trace_id)s"
+        handler.setFormatter(logging.Formatter(text))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

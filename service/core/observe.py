@@ -1,0 +1,214 @@
+"""What a model call and a tool call report besides their output.
+
+Each model call gets a client span (GenAI semantic conventions) and its
+metrics. When the provider reported usage and the model has a price (or the
+debug level is basic or higher), a `usage.update` event gives the tokens and
+cost of the call and of the run so far. From debug level standard,
+`model.start`/`model.end` events carry the call's input and output, truncated
+below debug level full and always masked. Each tool call gets a span, its
+metrics and — from debug level basic — a `tool.timing` event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agw.v1 import events_pb2 as pb
+from agw.v1 import gateway_pb2 as gw
+from opentelemetry import trace
+
+from service.core import instruments
+from service.core.masking import mask
+from service.core.model import ModelRequest, Usage
+from service.core.run import Run
+
+TRUNCATE = 2000  # characters of input/output in debug events below level full
+
+#: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
+Pricing = Callable[[str, Usage], float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    input_per_million: float
+    output_per_million: float
+    cached_input_per_million: float | None = None
+
+    def cost(self, usage: Usage) -> float:
+        cached = usage.cached_tokens
+        cached_price = self.cached_input_per_million
+        if cached_price is None:
+            cached_price = self.input_per_million
+        return (
+            (usage.prompt_tokens - cached) * self.input_per_million
+            + cached * cached_price
+            + usage.completion_tokens * self.output_per_million
+        ) / 1_000_000
+
+
+def add_usage(total: Usage | None, more: Usage) -> Usage:
+    if total is None:
+        return more
+    return replace(
+        total,
+        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
+        completion_tokens=total.completion_tokens + more.completion_tokens,
+        total_tokens=total.total_tokens + more.total_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cached_tokens=total.cached_tokens + more.cached_tokens,
+    )
+
+
+def usage_message(usage: Usage | None) -> pb.Usage | None:
+    if usage is None:
+        return None
+    return pb.Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        cached_tokens=usage.cached_tokens,
+    )
+
+
+def _clip(text: str, full: bool) -> str:
+    return text if full or len(text) <= TRUNCATE else text[:TRUNCATE] + "…"
+
+
+class ModelCallObserver:
+    """Reports one model call; `end` is called once, also on failure."""
+
+    def __init__(self, run: Run, request: ModelRequest) -> None:
+        self.run = run
+        self.request = request
+        run.model_calls += 1
+        self.call_id = f"{run.run_id}_m_{run.model_calls}"
+        self.started = time.monotonic()
+        self.attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": request.provider,
+            "gen_ai.request.model": request.model,
+        }
+        self.span = instruments.tracer.start_span(
+            f"chat {request.model}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={**self.attributes, "agw.stage": request.stage, "agw.call_id": self.call_id},
+        )
+        if run.debug_level >= gw.DEBUG_LEVEL_STANDARD:
+            full = run.debug_level >= gw.DEBUG_LEVEL_FULL
+            text = json.dumps(mask(request.messages), ensure_ascii=False, default=str)
+            run.emit(
+                pb.Event(
+                    model_start=pb.ModelStart(
+                        call_id=self.call_id,
+                        provider=request.provider,
+                        model=request.model,
+                        stage=request.stage,
+                        input=_clip(text, full),
+                    )
+                )
+            )
+
+    def end(
+        self,
+        *,
+        finish_reason: str,
+        usage: Usage | None,
+        first_delta_ms: float | None,
+        output: str,
+        error: BaseException | None,
+    ) -> None:
+        run, span = self.run, self.span
+        duration = time.monotonic() - self.started
+        failed = {**self.attributes, "error.type": type(error).__name__} if error else None
+        instruments.operation_duration.record(duration, failed or self.attributes)
+        if first_delta_ms is not None:
+            instruments.time_to_first_token.record(first_delta_ms / 1000, self.attributes)
+            if run.model_calls == 1:
+                since_run_start = self.started - run.started_at + first_delta_ms / 1000
+                instruments.time_to_first_delta.record(
+                    since_run_start, {"agw.agent": run.agent_key}
+                )
+            span.set_attribute("agw.time_to_first_token_ms", round(first_delta_ms, 1))
+        if finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        if usage is not None:
+            span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            instruments.token_usage.record(
+                usage.prompt_tokens, {**self.attributes, "gen_ai.token.type": "input"}
+            )
+            instruments.token_usage.record(
+                usage.completion_tokens, {**self.attributes, "gen_ai.token.type": "output"}
+            )
+        if error is not None:
+            span.set_status(trace.StatusCode.ERROR, str(error)[:200])
+            span.set_attribute("error.type", type(error).__name__)
+        span.end()
+        if run.done:
+            return
+        if run.debug_level >= gw.DEBUG_LEVEL_STANDARD:
+            full = run.debug_level >= gw.DEBUG_LEVEL_FULL
+            reason = finish_reason or ("error" if error else "")
+            run.emit(
+                pb.Event(
+                    model_end=pb.ModelEnd(
+                        call_id=self.call_id,
+                        finish_reason=reason,
+                        first_token_ms=round(first_delta_ms or 0),
+                        duration_ms=round(duration * 1000),
+                        usage=usage_message(usage),
+                        output=_clip(json.dumps(mask(output), ensure_ascii=False), full)
+                        if not isinstance(output, str)
+                        else _clip(output, full),
+                    )
+                )
+            )
+        if usage is not None:
+            self._report_usage(usage)
+
+    def _report_usage(self, usage: Usage) -> None:
+        run = self.run
+        run.usage = add_usage(run.usage, usage)
+        cost = run.pricing(self.request.model, usage) if run.pricing else None
+        if cost is not None:
+            run.cost += cost
+            self.span.set_attribute("agw.cost", cost)
+        elif run.debug_level < gw.DEBUG_LEVEL_BASIC:
+            return  # usage.update comes with cost tracking or from debug level basic
+        run.emit(
+            pb.Event(
+                usage_update=pb.UsageUpdate(
+                    call_id=self.call_id,
+                    model=self.request.model,
+                    call_usage=usage_message(usage),
+                    run_usage=usage_message(run.usage),
+                    call_cost=cost or 0.0,
+                    run_cost=run.cost,
+                    currency=run.currency,
+                )
+            )
+        )
+
+
+def observe_tool(
+    run: Run, tool_id: str, name: str, kind: str, duration_ms: float, error: bool
+) -> None:
+    """Metrics and the `tool.timing` event of a finished tool call."""
+    labels: dict[str, Any] = {"gen_ai.tool.name": name, "agw.tool.kind": kind}
+    if error:
+        labels["error.type"] = "tool_error"
+        instruments.tool_errors.add(1, {"gen_ai.tool.name": name})
+    instruments.tool_duration.record(duration_ms / 1000, labels)
+    if run.debug_level >= gw.DEBUG_LEVEL_BASIC and not run.done:
+        run.emit(
+            pb.Event(
+                tool_timing=pb.ToolTiming(
+                    tool_id=tool_id, tool_name=name, duration_ms=round(duration_ms)
+                )
+            )
+        )
