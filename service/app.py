@@ -6,16 +6,49 @@ import asyncio
 import contextlib
 import logging
 
+from agw.v1 import gateway_pb2 as gw
+
 from service.config import ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
-from service.core.runtime import Runtime
+from service.core.archive import RunArchive
+from service.core.jsonl_store import JsonlChatStore
+from service.core.middleware import load_middlewares
+from service.core.model import Usage
+from service.core.observe import Price, Pricing
+from service.core.runtime import Runtime, RuntimeOptions
+from service.core.tools.registry import ToolRegistry
+from service.core.uploads import UploadStore
+from service.core.waits import Waits
+from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient
 from service.providers.registry import ProviderRegistry
+from service.tools.builtin import builtin_tools
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")
+
+DEBUG_LEVELS = {
+    "off": gw.DEBUG_LEVEL_OFF,
+    "basic": gw.DEBUG_LEVEL_BASIC,
+    "standard": gw.DEBUG_LEVEL_STANDARD,
+    "full": gw.DEBUG_LEVEL_FULL,
+}
+
+
+def pricing(settings: Settings) -> Pricing:
+    """The cost of a call from the configured price table (None for an unpriced model)."""
+    prices = {
+        model: Price(p.input_per_million, p.output_per_million, p.cached_input_per_million)
+        for model, p in settings.prices.items()
+    }
+
+    def cost(model: str, usage: Usage) -> float | None:
+        price = prices.get(model)
+        return price.cost(usage) if price is not None else None
+
+    return cost
 
 
 class App:
@@ -25,17 +58,57 @@ class App:
         self.settings = settings
         self.providers = ProviderRegistry(settings)
         self.agents = AgentRegistry(settings.agents_dir)
+        self.store = JsonlChatStore(settings.chats_path, fsync=settings.chat_fsync)
+        self.tools = ToolRegistry(
+            settings.tools_dir,
+            builtin=builtin_tools(settings),
+            default_timeout_s=settings.tool_timeout_s,
+        )
+        self.waits = Waits(
+            timeout_s=settings.frontend_wait_timeout_s,
+            payload_limit_bytes=settings.submit_payload_limit_bytes,
+        )
         self.runtime = Runtime(
-            self.agents, self.providers, max_active_runs=settings.max_concurrent_runs
+            self.agents,
+            self.providers,
+            self.store,
+            RunArchive(settings.runs_path, settings.run_archive_ttl_s),
+            UploadStore(settings.uploads_path, settings.upload_max_bytes),
+            RuntimeOptions(
+                max_active_runs=settings.max_concurrent_runs,
+                memory_runs=settings.memory_runs,
+                multitask_strategy=settings.multitask_strategy,
+                unwatched_run_ttl_s=settings.unwatched_run_ttl_s,
+                retention_s=settings.run_retention_s,
+                image_input=self._image_input,
+                inline_text_bytes=settings.upload_inline_text_bytes,
+                middlewares=tuple(load_middlewares(settings.middlewares, settings)),
+                debug_level=DEBUG_LEVELS[settings.debug_level],
+                pricing=pricing(settings) if settings.prices else None,
+                currency=settings.currency,
+            ),
+            tools=self.tools,
+            waits=self.waits,
         )
         self.grpc = GrpcServer(
-            self.runtime, settings.grpc_address, keepalive_time_s=settings.keepalive_time_s
+            self.runtime,
+            settings.grpc_address,
+            keepalive_time_s=settings.keepalive_time_s,
+            cancel_on_disconnect=settings.disconnect_policy == "cancel",
         )
         self.demo: LoopbackProvider | None = None
+        self.http: HttpGateway | None = None
         self._stop_watch = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
+        self._tools_watch: asyncio.Task[None] | None = None
+
+    def _image_input(self, provider: str) -> bool:
+        configured = self.settings.providers.get(provider)
+        return configured.image_input if configured is not None else provider == DEMO_KEY
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.store.load_index)
+        await asyncio.to_thread(self.runtime.archive.prune)
         if not self.settings.providers:
             await self._start_demo_provider()
         self.agents.load_all()
@@ -47,7 +120,28 @@ class App:
         )
         if self.settings.agents_watch:
             self._watch = asyncio.create_task(self.agents.watch(self._stop_watch))
+        self.tools.load_all()
+        log.info(
+            "loaded %d tools (%d broken files)", len(self.tools.list()), len(self.tools.errors)
+        )
+        tools_watch = self.settings.tools_watch
+        if tools_watch if tools_watch is not None else self.settings.agents_watch:
+            self._tools_watch = asyncio.create_task(self.tools.watch(self._stop_watch))
         await self.grpc.start()
+        if self.settings.http_enabled:
+            await self._start_http()
+
+    async def _start_http(self) -> None:
+        """The HTTP/SSE adapter and web page, calling this process's gRPC server by default."""
+        settings = self.settings
+        self.http = HttpGateway(
+            settings.http_grpc_target or local_target(settings.grpc_address, self.grpc.port),
+            heartbeat_s=settings.http_heartbeat_s,
+            write_timeout_s=settings.http_write_timeout_s,
+            max_body_bytes=settings.http_max_body_bytes,
+            cors_origins=settings.http_cors_origins,
+        )
+        await self.http.start(settings.http_address)
 
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))
@@ -61,11 +155,17 @@ class App:
     async def stop(self) -> None:
         """Drain runs within the grace period, then close everything."""
         await self.grpc.stop(self.settings.shutdown_grace_s)
+        if self.http is not None:  # after the drain, so SSE streams got their terminal events
+            await self.http.stop()
         self._stop_watch.set()
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
+        if self._tools_watch is not None:
+            self._tools_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tools_watch
         await self.providers.aclose()
         if self.demo is not None:
             await self.demo.stop()

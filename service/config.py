@@ -9,13 +9,15 @@ as `**********` and never reach a log line.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -46,6 +48,16 @@ class ProviderSettings(BaseModel):
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     max_connections: int = 200
+    # Whether the provider's models accept image content parts (uploaded images are sent).
+    image_input: bool = False
+
+
+class ModelPrice(BaseModel):
+    """What a model costs, per million tokens."""
+
+    input_per_million: float = 0.0
+    output_per_million: float = 0.0
+    cached_input_per_million: float | None = None  # default: the input price
 
 
 class Settings(BaseSettings):
@@ -64,22 +76,95 @@ class Settings(BaseSettings):
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
 
+    # HTTP/SSE adapter and web page (routes from the proto's google.api.http annotations)
+    http_enabled: bool = True
+    http_address: str = "127.0.0.1:8080"
+    http_grpc_target: str = ""  # the gRPC service it calls; empty: this process's own server
+    http_heartbeat_s: float = 10.0  # SSE comment after this much silence
+    http_write_timeout_s: float = 30.0  # an SSE client that reads nothing this long is dropped
+    http_max_body_bytes: int = 16 * 1024 * 1024
+    http_cors_origins: list[str] = Field(default_factory=list)  # "*" allows any origin
+
     # Agents
     agents_dir: Path = Path("agents")
     agents_watch: bool = True
+
+    # Tools: tool files (*.backend, *.action, *.html, *.qlc, *.dqlc), watched like the agents
+    tools_dir: Path = Path("tools")
+    tools_watch: bool | None = None  # default: same as agents_watch
+    tool_timeout_s: float = 30.0  # a backend tool call without its own timeoutMs
+    frontend_wait_timeout_s: float = 300.0  # a frontend tool waits this long for Submit
+    submit_payload_limit_bytes: int = 256 * 1024
+    # The _bash_ tool: a command runs in a sandbox, in the working directory, seeing only it
+    # and the allowed paths (list as JSON, or separated by commas)
+    bash_working_dir: Path = Path("workspace")
+    bash_allowed_paths: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    bash_timeout_s: float = 10.0
+    bash_output_limit_bytes: int = 64 * 1024
+    bash_memory_limit_bytes: int = 512 * 1024 * 1024
+    bash_max_processes: int = 64
+    bash_network: bool = False
 
     # Providers; when none is configured the built-in demo provider serves every agent.
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     default_provider: str = ""
     demo_delay_ms: float = 20.0
 
+    # Chats, runs and uploads (under data_dir unless set one by one).
+    data_dir: Path = Path("var")
+    chats_dir: Path | None = None  # default: {data_dir}/chats
+    runs_dir: Path | None = None  # default: {data_dir}/runs (event logs of ended runs)
+    uploads_dir: Path | None = None  # default: {data_dir}/uploads
+    chat_fsync: Literal["run", "always", "never"] = "run"
+    memory_runs: int = 20  # the last k runs of a chat are given to the model
+    multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
+    disconnect_policy: Literal["continue", "cancel"] = "continue"
+    unwatched_run_ttl_s: float = 600.0  # a run nobody follows is cancelled after this long
+    run_retention_s: float = 300.0  # ended runs stay in memory for re-attach this long
+    run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
+    upload_max_bytes: int = 10 * 1024 * 1024
+    upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model
+
     # Interaction log of every model call (logged at DEBUG under "agw.llm").
     interaction_log_enabled: bool = True
     interaction_log_mask_sensitive: bool = True
 
+    # Observability
+    middlewares: list[str] = Field(default_factory=list)  # "module:factory" paths, in order
+    debug_level: Literal["off", "basic", "standard", "full"] = "off"  # unless a query asks
+    otel_traces_exporter: Literal["none", "console", "otlp"] = "none"
+    otel_metrics_exporter: Literal["none", "console", "otlp"] = "none"
+    otel_endpoint: str = ""  # OTLP gRPC endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT
+    otel_service_name: str = "agw"
+    otel_metrics_interval_s: float = 60.0
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)  # model name -> price
+    currency: str = "USD"
+
     # Logging
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"
+
+    @field_validator("bash_allowed_paths", mode="before")
+    @classmethod
+    def _path_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @property
+    def chats_path(self) -> Path:
+        return self.chats_dir or self.data_dir / "chats"
+
+    @property
+    def runs_path(self) -> Path:
+        return self.runs_dir or self.data_dir / "runs"
+
+    @property
+    def uploads_path(self) -> Path:
+        return self.uploads_dir or self.data_dir / "uploads"
 
     @classmethod
     def settings_customise_sources(

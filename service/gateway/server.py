@@ -1,0 +1,268 @@
+"""The HTTP/SSE adapter: an aiohttp server whose API routes come from the proto.
+
+For every annotated RPC of the given services (`routes_of`) one generic
+handler is registered: it transcodes the HTTP request into the request
+message, calls the RPC over a gRPC channel, and answers with the unary
+envelope or, for server-streaming RPCs, with Server-Sent Events. Adding an
+annotated RPC to the proto adds its route; there is no per-RPC code.
+
+The channel may point at a gRPC server in another process
+(`python -m service.gateway --grpc-target HOST:PORT`) or at the one running in
+this process (`App` does that by default). The adapter also serves the web page
+(`/`, `static/`), applies CORS and request-size limits, and answers every
+failure under `/api/` with the error envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+from agw.v1 import gateway_pb2
+from aiohttp import web
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+
+from service.gateway import codec
+from service.gateway.cors import Cors
+from service.gateway.routes import Route, routes_of
+from service.gateway.sse import EventStream
+from service.gateway.status import failure, rpc_failure, success
+from service.gateway.transcode import BadRequest, decode_request
+
+log = logging.getLogger("agw.http")
+
+STATIC_DIR = Path(__file__).parent / "static"
+AGENT_GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["AgentGateway"]
+CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 60_000),
+)
+#: HTTP headers passed to the service as gRPC metadata (besides `Grpc-Metadata-*`).
+FORWARDED_HEADERS = ("authorization", "x-request-id", "traceparent")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class HttpGateway:
+    """The HTTP server in front of a gRPC target."""
+
+    def __init__(
+        self,
+        grpc_target: str,
+        *,
+        services: Sequence[ServiceDescriptor] = (AGENT_GATEWAY,),
+        heartbeat_s: float = 10.0,
+        write_timeout_s: float = 30.0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        cors_origins: Iterable[str] = (),
+        serve_page: bool = True,
+    ) -> None:
+        self.grpc_target = grpc_target
+        self.routes = routes_of(*services)
+        self.heartbeat_s = heartbeat_s
+        self.write_timeout_s = write_timeout_s
+        self.max_body_bytes = max_body_bytes
+        self.cors = Cors(cors_origins)
+        self.serve_page = serve_page
+        self.streams: set[EventStream] = set()  # the SSE responses being served
+        self.channel: grpc.aio.Channel | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def application(self) -> web.Application:
+        """The aiohttp application (routes, page, middlewares); opens the gRPC channel."""
+        self.channel = grpc.aio.insecure_channel(self.grpc_target, options=CHANNEL_OPTIONS)
+        app = web.Application(
+            client_max_size=self.max_body_bytes, middlewares=[self.cors.middleware, _envelopes]
+        )
+        app.on_response_prepare.append(self.cors.on_prepare)
+        for route in self.routes:
+            app.router.add_route(route.http_method, route.path, self._handler(route))
+        if self.serve_page:
+            app.router.add_get("/", _index)
+            app.router.add_static("/static/", STATIC_DIR, append_version=False)
+        return app
+
+    async def start(self, address: str) -> None:
+        """Listen on `address` ("host:port"; port 0 picks a free one)."""
+        host, _, port = address.rpartition(":")
+        self._runner = web.AppRunner(
+            self.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host.strip("[]") or None, int(port))
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info(
+            "HTTP listening on %s (port %d), calling gRPC at %s: page at http://%s:%d/",
+            address,
+            self.port,
+            self.grpc_target,
+            host or "127.0.0.1",
+            self.port,
+        )
+
+    async def stop(self) -> None:
+        """Close the listener and the open connections, then the channel."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+
+    # -- handlers ----------------------------------------------------------------------
+
+    def _handler(self, route: Route) -> Handler:
+        assert self.channel is not None
+        serialize = _serializer
+        deserialize = route.response_class.FromString
+        if route.streaming:
+            stream_call = self.channel.unary_stream(route.full_method, serialize, deserialize)
+            event_id = _event_id_of(route)
+            resume = "after_seq" in route.method.input_type.fields_by_name
+
+            async def streaming(request: web.Request) -> web.StreamResponse:
+                message = await _decode(route, request)
+                if resume and "Last-Event-ID" in request.headers:
+                    _resume_from(message, request.headers["Last-Event-ID"])
+                call = stream_call(message, metadata=_metadata(request))
+                stream = EventStream(
+                    request,
+                    call,
+                    heartbeat_s=self.heartbeat_s,
+                    write_timeout_s=self.write_timeout_s,
+                    event_id=event_id,
+                )
+                self.streams.add(stream)
+                try:
+                    return await stream.serve()
+                finally:
+                    self.streams.discard(stream)
+
+            return streaming
+
+        unary_call = self.channel.unary_unary(route.full_method, serialize, deserialize)
+
+        async def unary(request: web.Request) -> web.StreamResponse:
+            message = await _decode(route, request)
+            try:
+                response = await unary_call(message, metadata=_metadata(request))
+            except grpc.aio.AioRpcError as error:
+                status, envelope = rpc_failure(error)
+                return _json(envelope, status)
+            if route.response_body:
+                response = getattr(response, route.response_body)
+            return _json(success(codec.to_dict(response)))
+
+        return unary
+
+
+def local_target(grpc_address: str, port: int) -> str:
+    """How to reach a gRPC server of this process listening on `grpc_address` (bound `port`)."""
+    host = grpc_address.rpartition(":")[0].strip("[]")
+    if host in ("", "0.0.0.0", "::", "*"):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _decode(route: Route, request: web.Request) -> Message:
+    body = await request.read() if route.body else b""
+    try:
+        return decode_request(route, request.match_info, request.query, body)
+    except BadRequest as error:
+        raise _EnvelopeError(400, failure(grpc.StatusCode.INVALID_ARGUMENT, str(error))) from None
+
+
+def _resume_from(message: Any, last_event_id: str) -> None:
+    try:
+        seq = int(last_event_id)
+    except ValueError:
+        raise _EnvelopeError(
+            400, failure(grpc.StatusCode.INVALID_ARGUMENT, "Last-Event-ID must be a seq")
+        ) from None
+    message.after_seq = max(message.after_seq, seq)
+
+
+def _event_id_of(route: Route) -> Callable[[Message], int] | None:
+    seq = route.method.output_type.fields_by_name.get("seq")
+    if seq is None or seq.is_repeated or seq.cpp_type not in _INTEGER_TYPES:
+        return None
+    return lambda message: int(getattr(message, "seq"))  # noqa: B009
+
+
+_INTEGER_TYPES = frozenset({1, 2, 3, 4})  # CPPTYPE_INT32, INT64, UINT32, UINT64
+
+
+def _serializer(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
+    out = []
+    for name, value in request.headers.items():
+        lowered = name.lower()
+        if lowered.startswith("grpc-metadata-"):
+            out.append((lowered.removeprefix("grpc-metadata-"), value))
+        elif lowered in FORWARDED_HEADERS:
+            out.append((lowered, value))
+    return tuple(out)
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+class _EnvelopeError(Exception):
+    """Answer the request with this HTTP status and error envelope."""
+
+    def __init__(self, status: int, envelope: dict[str, Any]) -> None:
+        super().__init__(envelope["msg"])
+        self.status = status
+        self.envelope = envelope
+
+
+#: HTTP errors raised by aiohttp itself (no route, body too large, ...) → gRPC code.
+_CODE_OF_HTTP = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    405: grpc.StatusCode.UNIMPLEMENTED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+@web.middleware
+async def _envelopes(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure under /api/ as the error envelope."""
+    try:
+        return await handler(request)
+    except _EnvelopeError as error:
+        return _json(error.envelope, error.status)
+    except web.HTTPException as error:
+        if not request.path.startswith("/api/") or error.status < 400:
+            raise
+        code = _CODE_OF_HTTP.get(error.status, grpc.StatusCode.UNKNOWN)
+        message = error.text or error.reason
+        if error.status == 404:
+            message = f"no route for {request.method} {request.path}"
+        elif error.status == 405:
+            message = f"{request.method} is not allowed on {request.path}"
+        envelope = failure(code, message.removeprefix(f"{error.status}: "))
+        return _json(envelope, error.status)
+    except Exception:
+        if not request.path.startswith("/api/"):
+            raise
+        log.exception("HTTP %s %s failed", request.method, request.path)
+        return _json(failure(grpc.StatusCode.INTERNAL, "internal error"), 500)
+
+
+async def _index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,292 @@
+// Renders a chat's events — live (start/delta/end) or replayed from history (snapshots) —
+// into the page. Events arrive flat, as the adapter sends them:
+// {seq, type, timestamp, chatId, runId, taskId?, ...payload fields}.
+
+import { askHandlers } from './asks.js';
+import { h, pretty } from './dom.js';
+import { planHandlers } from './plan.js';
+
+/** Client-side actions the page knows how to perform. */
+function perform(name, param) {
+  if (name === 'switch_theme' && (param.theme === 'dark' || param.theme === 'light')) {
+    document.documentElement.dataset.theme = param.theme;
+  } else if (name === 'launch_fireworks') {
+    const seconds = Math.min(Math.max(Number(param.seconds) || 2, 1), 10);
+    const show = h('div', { class: 'fireworks', 'aria-hidden': 'true' }, '🎆 🎇 🎆');
+    show.style.animationDuration = `${seconds}s`;
+    document.body.append(show);
+    setTimeout(() => show.remove(), seconds * 1000);
+  }
+}
+
+/** The whole conversation: user messages and one RunView per run. */
+export class ChatView {
+  constructor(container, { submit, onTitle }) {
+    this.container = container;
+    this.submit = submit; // (event, toolId, payload) => Promise<SubmitResponse>
+    this.onTitle = onTitle;
+    this.runs = new Map();
+    this.replaying = false; // history: client-side actions are shown, not performed again
+  }
+
+  clear() {
+    this.container.replaceChildren();
+    this.runs.clear();
+  }
+
+  handle(ev) {
+    if (ev.type === 'request.query') {
+      this.container.append(h('div', { class: 'user' }, ev.message || ''));
+      return;
+    }
+    if (ev.type === 'chat.start') {
+      this.onTitle(ev.chatName || 'Chat');
+      return;
+    }
+    if (ev.type === 'heartbeat' || !ev.runId) return;
+    let run = this.runs.get(ev.runId);
+    if (!run) {
+      run = new RunView(ev.runId, this);
+      this.runs.set(ev.runId, run);
+      this.container.append(run.el);
+    }
+    run.handle(ev);
+    this.container.scrollTop = this.container.scrollHeight;
+  }
+}
+
+/** One run: its reasoning, answer, tools, actions, plan and outcome. */
+export class RunView {
+  constructor(runId, chat) {
+    this.runId = runId;
+    this.chat = chat;
+    this.submit = chat.submit;
+    this.status = h('div', { class: 'run-status' }, 'running…');
+    this.body = h('div', { class: 'run-body' });
+    this.el = h('div', { class: 'run', 'data-run-id': runId, 'data-status': 'running' },
+      this.body, this.status);
+    this.blocks = new Map(); // reasoningId / contentId / toolId / actionId -> state
+    this.tasks = new Map(); // taskId -> output container
+    this.plan = null;
+    this.usage = '';
+  }
+
+  /** Where an event's output goes: its task's container inside a plan, else the run. */
+  place(ev) {
+    if (!ev.taskId) return this.body;
+    let box = this.tasks.get(ev.taskId);
+    if (!box) {
+      const planned = this.plan?.items.get(ev.taskId)?.textContent;
+      box = h('div', { class: 'task-output', 'data-task-id': ev.taskId },
+        h('div', { class: 'task-title' }, planned || `Task ${ev.taskId}`));
+      this.tasks.set(ev.taskId, box);
+      this.body.append(box);
+    }
+    return box;
+  }
+
+  handle(ev) {
+    const handler = this[`on_${ev.type.replace('.', '_')}`];
+    if (handler) handler.call(this, ev);
+  }
+
+  // Reasoning and content ------------------------------------------------------------
+
+  textBlock(ev, id, kind, text = '') {
+    const node = document.createTextNode(text);
+    let el;
+    if (kind === 'reasoning') {
+      el = h('details', { class: 'reasoning', open: true },
+        h('summary', {}, 'Reasoning'), h('div', { class: 'reasoning-text' }, node));
+    } else {
+      el = h('div', { class: 'content', 'data-content-id': id }, node);
+    }
+    this.place(ev).append(el);
+    this.blocks.set(id, { el, node });
+    return this.blocks.get(id);
+  }
+
+  appendText(id, delta) {
+    const block = this.blocks.get(id);
+    if (block) block.node.appendData(delta);
+  }
+
+  on_reasoning_start(ev) { this.textBlock(ev, ev.reasoningId, 'reasoning'); }
+  on_reasoning_delta(ev) { this.appendText(ev.reasoningId, ev.delta || ''); }
+  on_reasoning_end(ev) {
+    const block = this.blocks.get(ev.reasoningId);
+    if (block) block.el.open = false;
+  }
+  on_reasoning_snapshot(ev) {
+    this.textBlock(ev, ev.reasoningId, 'reasoning', ev.text || '').el.open = false;
+  }
+  on_content_start(ev) { this.textBlock(ev, ev.contentId, 'content'); }
+  on_content_delta(ev) { this.appendText(ev.contentId, ev.delta || ''); }
+  on_content_snapshot(ev) { this.textBlock(ev, ev.contentId, 'content', ev.text || ''); }
+
+  // Tools and actions ------------------------------------------------------------------
+
+  card(ev, id, { kind, name, type, description }) {
+    const args = document.createTextNode('');
+    const el = h('div', { class: `card ${kind}`, 'data-id': id, 'data-name': name || '' },
+      h('div', { class: 'card-title' }, name || kind, h('span', { class: 'kind' }, type || kind)),
+      description ? h('div', { class: 'note' }, description) : null,
+      h('div', { class: 'label' }, 'arguments'),
+      h('pre', { class: 'args' }, args));
+    this.place(ev).append(el);
+    const state = { el, args, type, name };
+    this.blocks.set(id, state);
+    return state;
+  }
+
+  on_tool_start(ev) {
+    this.card(ev, ev.toolId, {
+      kind: 'tool', name: ev.toolName, type: ev.toolType, description: ev.description,
+    }).api = ev.toolApi;
+  }
+  on_tool_args(ev) { this.blocks.get(ev.toolId)?.args.appendData(ev.delta || ''); }
+  on_tool_end(ev) {
+    const tool = this.blocks.get(ev.toolId);
+    if (!tool) return;
+    tool.args.data = pretty(tool.args.data || '{}');
+    if (tool.type && tool.type !== 'backend' && !tool.answered) this.toolForm(ev, tool);
+  }
+  on_tool_snapshot(ev) {
+    const tool = this.card(ev, ev.toolId, {
+      kind: 'tool', name: ev.toolName, type: ev.toolType, description: ev.description,
+    });
+    tool.args.data = pretty(ev.arguments || '{}');
+  }
+  on_tool_result(ev) {
+    const tool = this.blocks.get(ev.toolId);
+    if (!tool) return;
+    tool.answered = true;
+    tool.form?.remove();
+    tool.el.dataset.state = ev.error ? 'error' : 'done';
+    tool.el.append(h('div', { class: 'label' }, ev.error ? 'error' : 'result'),
+      h('pre', { class: 'result' }, pretty(ev.result ?? null)));
+  }
+  on_tool_timing(ev) {
+    this.blocks.get(ev.toolId)?.el.querySelector('.kind')
+      ?.append(` · ${ev.durationMs || 0} ms`);
+  }
+
+  /** A frontend tool waits for the user: a form whose submission is the tool's result. */
+  toolForm(ev, tool) {
+    let args = {};
+    try {
+      args = JSON.parse(tool.args.data || '{}') || {};
+    } catch { /* arguments that are not JSON: the plain form below */ }
+    const input = h('textarea', { name: 'payload', 'aria-label': `Answer for ${tool.name}` }, '{}');
+    const note = h('div', { class: 'note' },
+      tool.api ? `view: ${tool.api} — ` : '', 'answer as JSON (or plain text)');
+    const button = h('button', { type: 'submit', class: 'primary' }, 'Submit');
+    const form = h('form', { class: 'tool-form' });
+    if (typeof args.question === 'string') form.append(h('div', { class: 'question' }, args.question));
+    if (Array.isArray(args.options) && args.options.length) {
+      // A choice among options (e.g. a confirmation dialog): one button per option.
+      form.append(h('div', { class: 'buttons options' }, ...args.options.map((option) => h('button', {
+        type: 'button',
+        'data-option': String(option),
+        onclick: () => this.answer(ev, ev.toolId, { choice: option }, form),
+      }, String(option)))));
+    }
+    form.append(note, input, h('div', { class: 'buttons' }, button));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      let payload;
+      try {
+        payload = JSON.parse(input.value);
+      } catch {
+        payload = input.value;
+      }
+      this.answer(ev, ev.toolId, payload, form);
+    });
+    tool.form = form;
+    tool.el.append(form);
+  }
+
+  /** Sends `payload` to the waiting `toolId` and reports the outcome inside `form`. */
+  async answer(ev, toolId, payload, form) {
+    const buttons = form.querySelectorAll('button, textarea, input');
+    buttons.forEach((b) => { b.disabled = true; });
+    const note = h('div', { class: 'note' }, 'sending…');
+    form.append(note);
+    try {
+      const reply = await this.submit(ev, toolId, payload);
+      note.textContent = reply.accepted ? 'sent' : `not accepted: ${reply.detail || reply.outcome}`;
+      if (!reply.accepted) buttons.forEach((b) => { b.disabled = false; });
+    } catch (error) {
+      note.textContent = `failed: ${error.message}`;
+      note.classList.add('bad');
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  }
+
+  on_action_start(ev) {
+    this.card(ev, ev.actionId, { kind: 'action', name: ev.actionName, type: 'action',
+      description: ev.description });
+  }
+  on_action_args(ev) { this.blocks.get(ev.actionId)?.args.appendData(ev.delta || ''); }
+  on_action_end(ev) {
+    const action = this.blocks.get(ev.actionId);
+    if (action) action.args.data = pretty(action.args.data || '{}');
+  }
+  on_action_snapshot(ev) {
+    this.card(ev, ev.actionId, { kind: 'action', name: ev.actionName, type: 'action',
+      description: ev.description }).args.data = pretty(ev.arguments || '{}');
+  }
+  on_action_param(ev) {
+    const action = this.blocks.get(ev.actionId);
+    if (!this.chat.replaying) perform(action?.name, ev.param || {});
+    action?.el.append(h('div', { class: 'label' }, 'parameters'), h('pre', {}, pretty(ev.param)));
+  }
+  on_action_result(ev) {
+    this.blocks.get(ev.actionId)?.el.append(h('div', { class: 'label' }, 'result'),
+      h('pre', { class: 'result' }, pretty(ev.result ?? null)));
+  }
+
+  // Everything else ----------------------------------------------------------------------
+
+  on_request_submit(ev) {
+    const block = this.blocks.get(ev.toolId);
+    block?.el.append(h('div', { class: 'note' }, 'answered'));
+  }
+  on_source_snapshot(ev) {
+    this.place(ev).append(h('div', { class: 'sources' },
+      h('a', { href: ev.url || '#', target: '_blank', rel: 'noopener' }, ev.title || ev.url || 'source')));
+  }
+  on_usage_update(ev) {
+    const usage = ev.runUsage || {};
+    this.usage = `${usage.totalTokens || 0} tokens`;
+    if (ev.runCost) this.usage += ` · ${ev.runCost.toFixed(4)} ${ev.currency || ''}`;
+  }
+  on_loop_detect(ev) {
+    this.place(ev).append(h('div', { class: 'note' },
+      `loop detected: ${ev.toolName} repeated ${ev.repeatCount}×`));
+  }
+  on_context_compress(ev) {
+    this.place(ev).append(h('div', { class: 'note' },
+      `context compressed (${ev.strategy}): ${ev.messagesBefore} → ${ev.messagesAfter} messages`));
+  }
+
+  finish(status, text) {
+    this.el.dataset.status = status;
+    this.status.textContent = this.usage ? `${text} · ${this.usage}` : text;
+    for (const block of this.blocks.values()) block.form?.remove();
+  }
+
+  on_run_complete(ev) {
+    const usage = ev.usage;
+    if (usage && !this.usage) this.usage = `${usage.totalTokens || 0} tokens`;
+    this.finish('complete', `completed${ev.finishReason ? ` (${ev.finishReason})` : ''}`);
+  }
+  on_run_cancel(ev) { this.finish('cancel', `cancelled (${ev.reason || 'cancel'})`); }
+  on_run_error(ev) {
+    const error = ev.error || {};
+    this.body.append(h('div', { class: 'error-box' }, `${error.reason || 'ERROR'}: ${error.message || ''}`));
+    this.finish('error', 'failed');
+  }
+}
+
+Object.assign(RunView.prototype, planHandlers, askHandlers);
