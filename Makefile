@@ -12,11 +12,20 @@ APT_PACKAGES := bubblewrap chromium
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-8s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e clients/python
 	touch $(STAMP)
+
+# The Node client's packages (and buf, for the proto lint), from the npm registry.
+NODE_MODULES := clients/node/node_modules/.package-lock.json
+BUF          := clients/node/node_modules/.bin/buf
+$(NODE_MODULES): clients/node/package.json clients/node/package-lock.json
+	@command -v npm >/dev/null || { echo "please install Node.js (>= 18) and npm"; exit 1; }
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_MODULES)
 
 $(SYSTEM): Makefile | $(STAMP)
 	@if command -v bwrap >/dev/null && test -x /usr/bin/chromium; then :; \
@@ -25,9 +34,9 @@ $(SYSTEM): Makefile | $(STAMP)
 	else echo "please install the Debian packages: $(APT_PACKAGES)"; exit 1; fi
 	touch $(SYSTEM)
 
-install: $(STAMP) $(SYSTEM) ## Create the virtualenv, install the project and its system packages
+install: $(STAMP) $(SYSTEM) $(NODE_MODULES) ## Create the virtualenv, install the project, the clients and the system packages
 
-run: install ## Start the service on embedded defaults (gRPC :50051)
+run: install ## Start the service on embedded defaults (gRPC :50051, HTTP and page :8080)
 	$(PY) -m service
 
 test: install ## Run the whole test suite (checks that gen/ is fresh first)
@@ -37,12 +46,17 @@ test: install ## Run the whole test suite (checks that gen/ is fresh first)
 gen: $(STAMP) ## Regenerate gen/ from proto/
 	$(PY) scripts/gen.py
 
-lint: $(STAMP) ## ruff + mypy on our code
-	$(VENV)/bin/ruff check service tests scripts bench
-	$(VENV)/bin/ruff format --check service tests scripts bench
+lint: $(STAMP) lint-proto ## ruff + mypy on our code, buf lint on proto/
+	$(VENV)/bin/ruff check service tests scripts bench clients
+	$(VENV)/bin/ruff format --check service tests scripts bench clients
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy clients/python/agw_client
 
-bench: install ## Benchmarks: baselines and the gateway, measured in one run
+lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.yaml)
+	$(BUF) lint
+
+bench: install ## Benchmarks: baselines, the gateway and the SSE adapter, measured in one run
 	$(PY) -m bench
+	$(PY) -m bench.sse
 
-.PHONY: help install run test gen lint bench
+.PHONY: help install run test gen lint lint-proto bench

@@ -1,0 +1,201 @@
+// Types of the agw Node client (index.js). Messages are the agw.v1 messages as
+// @grpc/proto-loader loads them: camelCase fields, int64 as number, enums as their
+// names, defaults filled in, and `payload` naming the set case of Event's oneof.
+import type { ChannelCredentials, status } from '@grpc/grpc-js';
+
+export const DEFAULT_TARGET: string;
+export const TERMINAL_TYPES: Set<string>;
+export const PROTO_DIR: string;
+export const GOOGLEAPIS_DIR: string;
+export { status };
+export { credentials } from '@grpc/grpc-js';
+
+/** A google.protobuf.Struct / Value as loaded (convert with fromStruct / fromValue). */
+export interface Struct { fields: Record<string, Value> }
+export interface Value {
+  kind?: 'nullValue' | 'numberValue' | 'stringValue' | 'boolValue' | 'structValue' | 'listValue';
+  nullValue?: 'NULL_VALUE';
+  numberValue?: number;
+  stringValue?: string;
+  boolValue?: boolean;
+  structValue?: Struct;
+  listValue?: { values: Value[] };
+}
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export type TaskStatus =
+  | 'TASK_STATUS_UNSPECIFIED' | 'TASK_STATUS_INIT' | 'TASK_STATUS_IN_PROGRESS'
+  | 'TASK_STATUS_COMPLETED' | 'TASK_STATUS_FAILED' | 'TASK_STATUS_CANCELED';
+export interface Task { taskId: string; description: string; status: TaskStatus }
+export interface Plan { tasks: Task[] }
+export interface Usage {
+  promptTokens: number; completionTokens: number; totalTokens: number;
+  reasoningTokens: number; cachedTokens: number;
+}
+export interface ErrorDetail { reason: string; message: string; metadata: Record<string, string> }
+export interface Reference {
+  id: string; type: string; name: string; url: string; mimeType: string; sizeBytes: number; sha256: string;
+}
+
+/** The payloads used most; every other payload is a plain object of its proto fields. */
+export interface Payloads {
+  requestQuery: {
+    requestId: string; role: string; message: string; agentKey: string;
+    references: Reference[]; params: Struct | null; scene: Struct | null; stream: boolean;
+  };
+  chatStart: { chatName: string };
+  runStart: { agentKey: string };
+  runComplete: { finishReason: string; usage: Usage | null };
+  runError: { error: ErrorDetail };
+  runCancel: { reason: string };
+  reasoningStart: { reasoningId: string };
+  reasoningDelta: { reasoningId: string; delta: string };
+  reasoningEnd: { reasoningId: string };
+  reasoningSnapshot: { reasoningId: string; text: string };
+  contentStart: { contentId: string };
+  contentDelta: { contentId: string; delta: string };
+  contentEnd: { contentId: string };
+  contentSnapshot: { contentId: string; text: string };
+  toolStart: {
+    toolId: string; toolName: string; toolType: string; toolApi: string;
+    toolParams: Struct | null; description: string;
+  };
+  toolArgs: { toolId: string; delta: string; chunkIndex: number };
+  toolEnd: { toolId: string };
+  toolResult: { toolId: string; result: Value | null; error: boolean };
+  toolSnapshot: {
+    toolId: string; toolName: string; toolType: string; toolApi: string;
+    toolParams: Struct | null; description: string; arguments: string;
+  };
+  planCreate: { planId: string; plan: Plan };
+  planUpdate: { planId: string; plan: Plan };
+  taskStart: { description: string };
+  taskComplete: { description: string };
+  taskFail: { error: ErrorDetail };
+  questionAsk: { questionId: string; question: string; options: string[]; timeoutMs: number };
+  permissionAsk: {
+    permissionId: string; toolId: string; toolName: string; arguments: string; timeoutMs: number;
+  };
+  heartbeat: Record<string, never>;
+}
+
+/** One event of a run: the envelope, plus exactly one payload field named by `payload`. */
+export type Event = {
+  seq: number;
+  /** Dotted event name, e.g. "content.delta". */
+  type: string;
+  /** Milliseconds since the Unix epoch. */
+  timestamp: number;
+  chatId: string;
+  runId: string;
+  taskId: string;
+  /** Name of the set payload field, e.g. "contentDelta". */
+  payload: string;
+} & Partial<Payloads> & { [payload: string]: unknown };
+
+export interface Agent {
+  key: string; name: string; icon: string; description: string;
+  mode: 'AGENT_MODE_UNSPECIFIED' | 'AGENT_MODE_ONESHOT' | 'AGENT_MODE_REACT' | 'AGENT_MODE_PLAN_EXECUTE';
+  providerKey: string; model: string; tools: string[];
+}
+export interface ChatSummary {
+  chatId: string; chatName: string; agentKey: string; createdAt: number; updatedAt: number; runCount: number;
+}
+export interface SubmitResponse { accepted: boolean; outcome: string; detail: string }
+export interface CancelResponse { cancelled: boolean; detail: string }
+export interface ListChatsResponse { chats: ChatSummary[]; nextPageToken: string }
+export interface GetChatResponse {
+  chatId: string; chatName: string; events: Event[]; rawMessages: Struct[]; references: Reference[];
+}
+export interface UploadResponse { reference: Reference; event: Event }
+
+export interface ToolCall {
+  toolId: string; name: string; type: string; arguments: string;
+  result: Json; error: boolean; done: boolean;
+}
+/** What `fold` makes of one run's events. */
+export interface RunResult {
+  runId: string; chatId: string;
+  /** Text of the last answer block. */
+  answer: string;
+  contents: string[]; reasoning: string; reasonings: string[];
+  toolCalls: ToolCall[]; plan: Plan | null;
+  outcome: '' | 'complete' | 'error' | 'cancel';
+  finishReason: string; usage: Usage | null; error: ErrorDetail | null; cancelReason: string;
+}
+
+export interface ClientOptions {
+  /** TLS or other channel credentials; insecure (plaintext) by default. */
+  credentials?: ChannelCredentials;
+  /** Sent as `authorization: Bearer <token>`. */
+  token?: string;
+  /** Further metadata sent with every call. */
+  metadata?: Record<string, string>;
+  /** Deadline of unary calls (default 30000); streams get `streamTimeoutMs` (none by default). */
+  timeoutMs?: number;
+  streamTimeoutMs?: number | null;
+  /** Further attempts of unary calls answered UNAVAILABLE (default 3, at most 4). */
+  retries?: number;
+  channelOptions?: Record<string, unknown>;
+  /** Where agw/v1/*.proto are; the repository's proto/ (or AGW_PROTO_DIR) by default. */
+  protoDir?: string;
+}
+
+export class AgwError extends Error {
+  code: number;
+  codeName: string;
+  details: string;
+  /** Stable reason from google.rpc.ErrorInfo, e.g. "AGENT_NOT_FOUND". */
+  reason: string;
+  domain: string;
+  metadata: Record<string, string>;
+  static from(error: unknown): AgwError;
+}
+export class RunFailed extends Error {
+  result: RunResult;
+  reason: string;
+}
+
+export class QueryStream implements AsyncIterable<Event> {
+  runId: string;
+  chatId: string;
+  events: Event[];
+  [Symbol.asyncIterator](): AsyncIterator<Event>;
+  result(): Promise<RunResult>;
+  cancel(): Promise<CancelResponse>;
+  close(): void;
+}
+
+export interface QueryFields {
+  chatId?: string; requestId?: string; role?: string;
+  references?: Reference[]; params?: Record<string, Json>; scene?: Record<string, Json>;
+  stream?: boolean; debugLevel?: string;
+  [field: string]: unknown;
+}
+
+export class AgwClient {
+  constructor(target?: string, options?: ClientOptions);
+  query(agentKey: string, message: string, fields?: QueryFields): QueryStream;
+  ask(agentKey: string, message: string, fields?: QueryFields): Promise<RunResult>;
+  attach(runId: string, afterSeq?: number): QueryStream;
+  submit(
+    runId: string, toolId: string, payload: Json,
+    options?: { chatId?: string; viewId?: string; requestId?: string },
+  ): Promise<SubmitResponse>;
+  cancel(runId: string): Promise<CancelResponse>;
+  listAgents(): Promise<Agent[]>;
+  getAgent(agentKey: string): Promise<{ agent: Agent; definition: Record<string, Json> }>;
+  listChats(options?: { pageSize?: number; pageToken?: string }): Promise<ListChatsResponse>;
+  getChat(chatId: string, options?: { includeRawMessages?: boolean }): Promise<GetChatResponse>;
+  upload(
+    name: string, content: Buffer, options?: { mimeType?: string; chatId?: string },
+  ): Promise<UploadResponse>;
+  close(): void;
+}
+
+export function loadProto(protoDir?: string): Record<string, unknown>;
+export function fold(events: Iterable<Event>): RunResult;
+export function fromValue(value: Value | null | undefined): Json;
+export function fromStruct(struct: Struct | null | undefined): Record<string, Json>;
+export function toValue(value: Json | undefined): Value;
+export function toStruct(object: Record<string, Json>): Struct;

@@ -1,0 +1,352 @@
+'use strict';
+/**
+ * Node client of the agw agent gateway: `agw.v1.AgentGateway` over gRPC, with the
+ * official @grpc/grpc-js, its messages loaded from the repository's `proto/` at run time
+ * by @grpc/proto-loader (no generated code, no build step). Types: index.d.ts.
+ *
+ *   const { AgwClient } = require('@agw/client');
+ *   const agw = new AgwClient();                       // 127.0.0.1:50051 or AGW_TARGET
+ *   for await (const event of agw.query('demo_oneshot', 'Hello')) console.log(event.type);
+ *   console.log((await agw.ask('demo_oneshot', 'Hello')).answer);
+ *   agw.close();
+ *
+ * Messages are plain objects with camelCase fields; int64 fields are numbers, enums are
+ * their names, and an event's `payload` names its set payload field (e.g. "contentDelta").
+ */
+const crypto = require('node:crypto');
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const protobuf = require('protobufjs');
+
+const DEFAULT_TARGET = '127.0.0.1:50051';
+const PROTO_DIR = process.env.AGW_PROTO_DIR || path.resolve(__dirname, '..', '..', 'proto');
+// google/api/annotations.proto and http.proto, which gateway.proto imports.
+const GOOGLEAPIS_DIR = path.join(__dirname, 'googleapis');
+const SERVICE = 'agw.v1.AgentGateway';
+const UNARY_METHODS = ['Submit', 'Cancel', 'ListAgents', 'GetAgent', 'ListChats', 'GetChat', 'Upload'];
+const TERMINAL_TYPES = new Set(['run.complete', 'run.error', 'run.cancel']);
+
+/** Loads `agw/v1/gateway.proto` (and what it imports) from `protoDir`. */
+function loadProto(protoDir = PROTO_DIR) {
+  const definition = protoLoader.loadSync('agw/v1/gateway.proto', {
+    includeDirs: [protoDir, GOOGLEAPIS_DIR],
+    keepCase: false,
+    longs: Number,
+    enums: String,
+    defaults: true,
+    oneofs: true,
+  });
+  return grpc.loadPackageDefinition(definition).agw.v1;
+}
+
+// google.rpc.Status and ErrorInfo, to read the reason the gateway attaches to a status.
+const rpcTypes = protobuf.Root.fromJSON({
+  nested: {
+    google: {
+      nested: {
+        protobuf: { nested: { Any: { fields: { typeUrl: { type: 'string', id: 1 }, value: { type: 'bytes', id: 2 } } } } },
+        rpc: {
+          nested: {
+            Status: {
+              fields: {
+                code: { type: 'int32', id: 1 },
+                message: { type: 'string', id: 2 },
+                details: { rule: 'repeated', type: 'google.protobuf.Any', id: 3 },
+              },
+            },
+            ErrorInfo: {
+              fields: {
+                reason: { type: 'string', id: 1 },
+                domain: { type: 'string', id: 2 },
+                metadata: { keyType: 'string', type: 'string', id: 3 },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+});
+const StatusType = rpcTypes.lookupType('google.rpc.Status');
+const ErrorInfoType = rpcTypes.lookupType('google.rpc.ErrorInfo');
+
+/** A gRPC status from the gateway; `reason` is its stable machine-readable reason. */
+class AgwError extends Error {
+  constructor(code, details, { reason = '', domain = '', metadata = {} } = {}) {
+    super(`${statusName(code)}: ${details}${reason ? ` (${reason})` : ''}`);
+    this.name = 'AgwError';
+    this.code = code;
+    this.codeName = statusName(code);
+    this.details = details;
+    this.reason = reason;
+    this.domain = domain;
+    this.metadata = metadata;
+  }
+
+  /** Translates a grpc-js ServiceError. */
+  static from(error) {
+    if (error instanceof AgwError || error.code === undefined) return error;
+    const info = {};
+    const [bin] = error.metadata ? error.metadata.get('grpc-status-details-bin') : [];
+    if (bin) {
+      const status = StatusType.decode(bin);
+      for (const detail of status.details) {
+        if (detail.typeUrl.endsWith('/google.rpc.ErrorInfo')) {
+          const decoded = ErrorInfoType.decode(detail.value);
+          Object.assign(info, { reason: decoded.reason, domain: decoded.domain, metadata: { ...decoded.metadata } });
+          break;
+        }
+      }
+    }
+    return new AgwError(error.code, error.details, info);
+  }
+}
+
+/** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
+class RunFailed extends Error {
+  constructor(result) {
+    const why = result.outcome === 'error' ? `${result.error.reason}: ${result.error.message}` : `cancelled (${result.cancelReason})`;
+    super(`run ${result.runId} ${result.outcome === 'error' ? 'failed' : 'was'}: ${why}`);
+    this.name = 'RunFailed';
+    this.result = result;
+    this.reason = result.outcome === 'error' ? result.error.reason : result.cancelReason;
+  }
+}
+
+function statusName(code) {
+  return Object.keys(grpc.status).find((name) => grpc.status[name] === code) || String(code);
+}
+
+/** A google.protobuf.Value (as loaded) to a plain JS value. */
+function fromValue(value) {
+  if (!value || !value.kind) return null;
+  switch (value.kind) {
+    case 'nullValue': return null;
+    case 'numberValue': return value.numberValue;
+    case 'stringValue': return value.stringValue;
+    case 'boolValue': return value.boolValue;
+    case 'structValue': return fromStruct(value.structValue);
+    case 'listValue': return (value.listValue.values || []).map(fromValue);
+    default: return null;
+  }
+}
+
+/** A google.protobuf.Struct (as loaded) to a plain object. */
+function fromStruct(struct) {
+  const out = {};
+  for (const [key, value] of Object.entries((struct && struct.fields) || {})) out[key] = fromValue(value);
+  return out;
+}
+
+/** A plain JS value to a google.protobuf.Value. */
+function toValue(value) {
+  if (value === null || value === undefined) return { nullValue: 'NULL_VALUE' };
+  if (typeof value === 'number') return { numberValue: value };
+  if (typeof value === 'string') return { stringValue: value };
+  if (typeof value === 'boolean') return { boolValue: value };
+  if (Array.isArray(value)) return { listValue: { values: value.map(toValue) } };
+  return { structValue: toStruct(value) };
+}
+
+/** A plain object to a google.protobuf.Struct. */
+function toStruct(object) {
+  const fields = {};
+  for (const [key, value] of Object.entries(object)) fields[key] = toValue(value);
+  return { fields };
+}
+
+/** Folds a run's events into its answer, reasoning, tool calls, plan and outcome. */
+function fold(events) {
+  const result = { runId: '', chatId: '', contents: [], reasonings: [], toolCalls: [], plan: null, outcome: '', finishReason: '', usage: null, error: null, cancelReason: '' };
+  const blocks = new Map();
+  const calls = new Map();
+  const call = (id) => {
+    if (!calls.has(id)) {
+      const created = { toolId: id, name: '', type: '', arguments: '', result: null, error: false, done: false };
+      calls.set(id, created);
+      result.toolCalls.push(created);
+    }
+    return calls.get(id);
+  };
+  const block = (list, id, text) => { list.push(text); blocks.set(id, [list, list.length - 1]); };
+  const append = (id, delta) => { const at = blocks.get(id); if (at) at[0][at[1]] += delta; };
+  for (const event of events) {
+    result.runId ||= event.runId;
+    result.chatId ||= event.chatId;
+    const p = event[event.payload];
+    switch (event.payload) {
+      case 'reasoningStart': block(result.reasonings, p.reasoningId, ''); break;
+      case 'reasoningDelta': append(p.reasoningId, p.delta); break;
+      case 'reasoningSnapshot': block(result.reasonings, p.reasoningId, p.text); break;
+      case 'contentStart': block(result.contents, p.contentId, ''); break;
+      case 'contentDelta': append(p.contentId, p.delta); break;
+      case 'contentSnapshot': block(result.contents, p.contentId, p.text); break;
+      case 'toolStart': Object.assign(call(p.toolId), { name: p.toolName, type: p.toolType }); break;
+      case 'toolArgs': call(p.toolId).arguments += p.delta; break;
+      case 'toolSnapshot': Object.assign(call(p.toolId), { name: p.toolName, type: p.toolType, arguments: p.arguments }); break;
+      case 'toolResult': Object.assign(call(p.toolId), { result: fromValue(p.result), error: p.error, done: true }); break;
+      case 'planCreate': case 'planUpdate': case 'planRevise': result.plan = p.plan; break;
+      case 'runComplete': Object.assign(result, { outcome: 'complete', finishReason: p.finishReason, usage: p.usage }); break;
+      case 'runError': Object.assign(result, { outcome: 'error', error: p.error }); break;
+      case 'runCancel': Object.assign(result, { outcome: 'cancel', cancelReason: p.reason }); break;
+      default: break;
+    }
+  }
+  result.answer = result.contents.length ? result.contents[result.contents.length - 1] : '';
+  result.reasoning = result.reasonings.join('\n\n');
+  return result;
+}
+
+/** The events of one run: an async iterable; `runId`/`chatId` are set from the first event. */
+class QueryStream {
+  constructor(client, call, runId = '') {
+    this.client = client;
+    this.call = call;
+    this.runId = runId;
+    this.chatId = '';
+    this.events = [];
+  }
+
+  async *[Symbol.asyncIterator]() {
+    try {
+      for await (const event of this.call) {
+        this.runId ||= event.runId;
+        this.chatId ||= event.chatId;
+        this.events.push(event);
+        yield event;
+      }
+    } catch (error) {
+      throw AgwError.from(error);
+    }
+  }
+
+  /** Reads the stream to its end and folds it (see `fold`). */
+  async result() {
+    for await (const _ of this); // eslint-disable-line no-unused-vars, no-empty
+    return fold(this.events);
+  }
+
+  /** Asks the gateway to cancel this run; the stream then ends with `run.cancel`. */
+  cancel() {
+    if (!this.runId) throw new Error('the run id is not known before the first event');
+    return this.client.cancel(this.runId);
+  }
+
+  /** Drops the stream; the run goes on unless the gateway cancels runs whose client left. */
+  close() {
+    this.call.cancel();
+  }
+}
+
+class AgwClient {
+  /**
+   * @param {string} [target] host:port; AGW_TARGET or 127.0.0.1:50051 by default.
+   * @param {import('./index').ClientOptions} [options]
+   */
+  constructor(target = process.env.AGW_TARGET || DEFAULT_TARGET, options = {}) {
+    const { credentials, token, metadata = {}, timeoutMs = 30000, streamTimeoutMs = null, retries = 3, channelOptions = {}, protoDir } = options;
+    const agw = loadProto(protoDir);
+    this.timeoutMs = timeoutMs;
+    this.streamTimeoutMs = streamTimeoutMs;
+    this.metadata = new grpc.Metadata();
+    for (const [key, value] of Object.entries(metadata)) this.metadata.set(key, value);
+    if (token) this.metadata.set('authorization', `Bearer ${token}`);
+    const serviceConfig = retries > 0 ? {
+      methodConfig: [{
+        name: UNARY_METHODS.map((method) => ({ service: SERVICE, method })),
+        retryPolicy: { maxAttempts: retries + 1, initialBackoff: '0.2s', maxBackoff: '5s', backoffMultiplier: 2, retryableStatusCodes: ['UNAVAILABLE'] },
+      }],
+    } : null;
+    this.stub = new agw.AgentGateway(target, credentials || grpc.credentials.createInsecure(), {
+      ...(serviceConfig ? { 'grpc.service_config': JSON.stringify(serviceConfig) } : {}),
+      ...channelOptions,
+    });
+  }
+
+  _options(timeoutMs) {
+    return timeoutMs ? { deadline: Date.now() + timeoutMs } : {};
+  }
+
+  _unary(method, request, timeoutMs = this.timeoutMs) {
+    return new Promise((resolve, reject) => {
+      this.stub[method](request, this.metadata, this._options(timeoutMs), (error, response) => {
+        if (error) reject(AgwError.from(error));
+        else resolve(response);
+      });
+    });
+  }
+
+  /** Starts a run; `fields` are further QueryRequest fields (chatId, params, scene, ...). */
+  query(agentKey, message, fields = {}) {
+    const request = { ...fields, agentKey, message };
+    for (const key of ['params', 'scene']) if (request[key]) request[key] = toStruct(request[key]);
+    return new QueryStream(this, this.stub.Query(request, this.metadata, this._options(this.streamTimeoutMs)));
+  }
+
+  /** Runs a query to its end and folds it; rejects with RunFailed unless it completed. */
+  async ask(agentKey, message, fields = {}) {
+    const result = await this.query(agentKey, message, fields).result();
+    if (result.outcome !== 'complete') throw new RunFailed(result);
+    return result;
+  }
+
+  /** Re-joins a run: the events after `afterSeq`, then the live ones to the end. */
+  attach(runId, afterSeq = 0) {
+    return new QueryStream(this, this.stub.Attach({ runId, afterSeq }, this.metadata, this._options(this.streamTimeoutMs)), runId);
+  }
+
+  /** Answers a waiting frontend tool, approval, permission or question with `payload`. */
+  submit(runId, toolId, payload, { chatId = '', viewId = '', requestId = '' } = {}) {
+    return this._unary('Submit', { requestId: requestId || crypto.randomUUID(), runId, toolId, chatId, viewId, payload: toValue(payload) });
+  }
+
+  /** Stops a running run; its stream ends with `run.cancel`. */
+  cancel(runId) {
+    return this._unary('Cancel', { requestId: crypto.randomUUID(), runId });
+  }
+
+  async listAgents() {
+    return (await this._unary('ListAgents', {})).agents;
+  }
+
+  async getAgent(agentKey) {
+    const response = await this._unary('GetAgent', { agentKey });
+    return { agent: response.agent, definition: fromStruct(response.definition) };
+  }
+
+  listChats({ pageSize = 0, pageToken = '' } = {}) {
+    return this._unary('ListChats', { pageSize, pageToken });
+  }
+
+  getChat(chatId, { includeRawMessages = false } = {}) {
+    return this._unary('GetChat', { chatId, includeRawMessages });
+  }
+
+  upload(name, content, { mimeType = '', chatId = '' } = {}) {
+    return this._unary('Upload', { requestId: crypto.randomUUID(), name, content, mimeType, chatId });
+  }
+
+  close() {
+    this.stub.close();
+  }
+}
+
+module.exports = {
+  AgwClient,
+  AgwError,
+  RunFailed,
+  QueryStream,
+  DEFAULT_TARGET,
+  TERMINAL_TYPES,
+  PROTO_DIR,
+  GOOGLEAPIS_DIR,
+  loadProto,
+  fold,
+  fromValue,
+  fromStruct,
+  toValue,
+  toStruct,
+  status: grpc.status,
+  credentials: grpc.credentials,
+};

@@ -1,0 +1,1 @@
+"""The `agw` command line (see `agw_client.cli.main`)."""

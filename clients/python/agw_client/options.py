@@ -1,0 +1,124 @@
+"""Connection options shared by the async and the sync client.
+
+Deadlines: unary calls get `timeout` seconds unless a call says otherwise;
+streams (`Query`, `Attach`) get `stream_timeout`, none by default, because a
+run may legitimately last long.
+
+Retries: unary calls are retried on `UNAVAILABLE` by gRPC's own retry policy
+(declared in the channel's service config, with exponential back-off), up to
+`retries` more attempts. Streams are never retried: a run is not idempotent,
+and a dropped stream is re-joined with `attach(run_id, after_seq)` instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+SERVICE = "agw.v1.AgentGateway"
+UNARY_METHODS = (
+    "Submit",
+    "Cancel",
+    "ListAgents",
+    "GetAgent",
+    "ListChats",
+    "GetChat",
+    "Upload",
+)
+#: gRPC caps a retry policy at 5 attempts in all.
+MAX_RETRIES = 4
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How to reach the gateway and how to call it."""
+
+    #: host:port of the gateway (any gRPC target string, e.g. "dns:///agw.internal:443").
+    target: str = DEFAULT_TARGET
+    #: Use TLS; `root_certificates` (PEM) replaces the system roots when given.
+    tls: bool = False
+    root_certificates: bytes | None = None
+    #: Sent as `authorization: Bearer <token>` on every call.
+    token: str | None = None
+    #: Further metadata sent on every call, e.g. (("x-tenant", "acme"),).
+    metadata: Metadata = ()
+    #: Deadline of unary calls, in seconds (None: no deadline).
+    timeout: float | None = 30.0
+    #: Deadline of `Query` and `Attach` streams, in seconds (None: no deadline).
+    stream_timeout: float | None = None
+    #: Further attempts of a unary call answered with UNAVAILABLE (0 disables, at most 4).
+    retries: int = 3
+    #: First back-off between attempts, and its ceiling, in seconds (doubling in between).
+    retry_backoff: float = 0.2
+    retry_max_backoff: float = 5.0
+    #: Extra channel arguments, e.g. (("grpc.keepalive_time_ms", 30000),).
+    channel_options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}")
+        if self.retry_backoff <= 0 or self.retry_max_backoff < self.retry_backoff:
+            raise ValueError("need 0 < retry_backoff <= retry_max_backoff")
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """Channel credentials for TLS, or None for a plaintext channel."""
+        if not self.tls and self.root_certificates is None:
+            return None
+        return grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+
+    def call_metadata(self) -> Metadata:
+        """The metadata every call carries."""
+        extra: Metadata = (("authorization", f"Bearer {self.token}"),) if self.token else ()
+        return (*self.metadata, *extra)
+
+    def service_config(self) -> dict[str, Any]:
+        """gRPC service config: the retry policy of the unary methods."""
+        if self.retries == 0:
+            return {}
+        return {
+            "methodConfig": [
+                {
+                    "name": [{"service": SERVICE, "method": name} for name in UNARY_METHODS],
+                    "retryPolicy": {
+                        "maxAttempts": self.retries + 1,
+                        "initialBackoff": f"{self.retry_backoff}s",
+                        "maxBackoff": f"{self.retry_max_backoff}s",
+                        "backoffMultiplier": 2,
+                        "retryableStatusCodes": ["UNAVAILABLE"],
+                    },
+                }
+            ]
+        }
+
+    def channel_args(self) -> list[tuple[str, Any]]:
+        """Channel arguments: the retry policy, then `channel_options`."""
+        config = self.service_config()
+        args: list[tuple[str, Any]] = [("grpc.enable_retries", 1 if config else 0)]
+        if config:
+            args.append(("grpc.service_config", json.dumps(config)))
+        return [*args, *self.channel_options]
+
+
+def resolve_options(
+    target: str | None, options: ClientOptions | None, settings: dict[str, Any]
+) -> ClientOptions:
+    """The options of a client built as `Client(target, **settings)` or `Client(options=...)`."""
+    if options is not None:
+        if target is not None or settings:
+            raise TypeError("pass either options=ClientOptions(...) or target and keywords")
+        return options
+    return ClientOptions(**settings) if target is None else ClientOptions(target, **settings)
+
+
+def call_kwargs(options: ClientOptions, deadline: float | None, *, stream: bool) -> dict[str, Any]:
+    """Keyword arguments of one call: its deadline in seconds (the default unless given), and
+    the metadata."""
+    default = options.stream_timeout if stream else options.timeout
+    timeout = default if deadline is None else deadline
+    return {"timeout": timeout, "metadata": options.call_metadata()}

@@ -1,0 +1,238 @@
+"""The blocking client: the same calls as `AsyncClient`, on a synchronous gRPC channel.
+
+    with Client() as agw:
+        for event in agw.query("demo_oneshot", "Hello"):
+            print(event.seq, event.type)
+        print(agw.ask("demo_oneshot", "Hello").answer)
+
+Iterating a stream blocks between events. A KeyboardInterrupt raised while it
+waits leaves the stream unusable (gRPC still has a read pending): to cancel a
+run on Ctrl-C and keep reading to its `run.cancel`, handle SIGINT without
+raising and call `cancel()` from another thread, as the `agw` command does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import grpc
+from agw.v1 import events_pb2 as pb
+from agw.v1 import gateway_pb2 as gw
+from agw.v1 import gateway_pb2_grpc
+
+from agw_client.errors import from_rpc_error
+from agw_client.fold import RunFolder, RunResult
+from agw_client.messages import new_request_id, query_request, to_value
+from agw_client.options import ClientOptions, call_kwargs, resolve_options
+
+
+class QueryStream:
+    """The events of one run, as an iterator; also a context manager that closes it.
+
+    `run_id` and `chat_id` are known once the first event arrived.
+    """
+
+    def __init__(self, client: Client, call: Any, run_id: str = "") -> None:
+        self._client = client
+        self._call = call
+        self.run_id = run_id
+        self.chat_id = ""
+        self.last_seq = 0
+        self.folder = RunFolder()
+
+    def __iter__(self) -> Iterator[pb.Event]:
+        return self
+
+    def __next__(self) -> pb.Event:
+        try:
+            event: pb.Event = next(self._call)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+        self.run_id = self.run_id or event.run_id
+        self.chat_id = self.chat_id or event.chat_id
+        if event.seq:
+            self.last_seq = event.seq
+        self.folder.feed(event)
+        return event
+
+    def result(self) -> RunResult:
+        """Read the stream to its end and return the folded result of the run."""
+        for _ in self:
+            pass
+        return self.folder.result
+
+    def cancel(self) -> gw.CancelResponse:
+        """Ask the gateway to cancel this run; the stream then ends with `run.cancel`."""
+        if not self.run_id:
+            raise RuntimeError("the run id is not known before the first event")
+        return self._client.cancel(self.run_id)
+
+    def close(self) -> None:
+        """Drop the stream; the run itself goes on (see `cancel`) unless the gateway is set
+        to cancel runs whose client went away."""
+        self._call.cancel()
+
+    def __enter__(self) -> QueryStream:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Client:
+    """A blocking client of `agw.v1.AgentGateway`; see `ClientOptions` for the keyword options."""
+
+    def __init__(
+        self, target: str | None = None, *, options: ClientOptions | None = None, **settings: Any
+    ) -> None:
+        self.options = resolve_options(target, options, settings)
+        credentials = self.options.credentials()
+        args = self.options.channel_args()
+        self.channel = (
+            grpc.secure_channel(self.options.target, credentials, options=args)
+            if credentials
+            else grpc.insecure_channel(self.options.target, options=args)
+        )
+        self.stub = gateway_pb2_grpc.AgentGatewayStub(self.channel)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _unary(self, method: Any, request: Any, deadline: float | None) -> Any:
+        try:
+            return method(request, **call_kwargs(self.options, deadline, stream=False))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+
+    # Runs
+
+    def query(
+        self, agent_key: str, message: str, *, deadline: float | None = None, **fields: Any
+    ) -> QueryStream:
+        """Start a run; `fields` are further `QueryRequest` fields (chat_id, params, ...)."""
+        return self.query_request(query_request(agent_key, message, **fields), deadline=deadline)
+
+    def query_request(
+        self, request: gw.QueryRequest, *, deadline: float | None = None
+    ) -> QueryStream:
+        """Start a run from a ready `QueryRequest`."""
+        call = self.stub.Query(request, **call_kwargs(self.options, deadline, stream=True))
+        return QueryStream(self, call)
+
+    def ask(self, agent_key: str, message: str, **fields: Any) -> RunResult:
+        """Run a query to its end; raise `RunFailed`/`RunCancelled` unless it completed."""
+        with self.query(agent_key, message, **fields) as stream:
+            result = stream.result()
+        return result.raise_for_outcome()
+
+    def attach(
+        self, run_id: str, after_seq: int = 0, *, deadline: float | None = None
+    ) -> QueryStream:
+        """Re-join a run: the events after `after_seq`, then the live ones to the end."""
+        request = gw.AttachRequest(run_id=run_id, after_seq=after_seq)
+        call = self.stub.Attach(request, **call_kwargs(self.options, deadline, stream=True))
+        return QueryStream(self, call, run_id)
+
+    def submit(
+        self,
+        run_id: str,
+        tool_id: str,
+        payload: Any,
+        *,
+        chat_id: str = "",
+        view_id: str = "",
+        request_id: str = "",
+        deadline: float | None = None,
+    ) -> gw.SubmitResponse:
+        """Answer a waiting frontend tool, approval, permission or question with `payload`."""
+        request = gw.SubmitRequest(
+            request_id=request_id or new_request_id(),
+            chat_id=chat_id,
+            run_id=run_id,
+            tool_id=tool_id,
+            payload=to_value(payload),
+            view_id=view_id,
+        )
+        response: gw.SubmitResponse = self._unary(self.stub.Submit, request, deadline)
+        return response
+
+    def cancel(self, run_id: str, *, deadline: float | None = None) -> gw.CancelResponse:
+        """Stop a running run; its stream ends with `run.cancel`."""
+        request = gw.CancelRequest(request_id=new_request_id(), run_id=run_id)
+        response: gw.CancelResponse = self._unary(self.stub.Cancel, request, deadline)
+        return response
+
+    # Agents, chats, files
+
+    def list_agents(self, *, deadline: float | None = None) -> list[gw.Agent]:
+        response = self._unary(self.stub.ListAgents, gw.ListAgentsRequest(), deadline)
+        return list(response.agents)
+
+    def get_agent(self, agent_key: str, *, deadline: float | None = None) -> gw.GetAgentResponse:
+        request = gw.GetAgentRequest(agent_key=agent_key)
+        response: gw.GetAgentResponse = self._unary(self.stub.GetAgent, request, deadline)
+        return response
+
+    def list_chats(
+        self, page_size: int = 0, page_token: str = "", *, deadline: float | None = None
+    ) -> gw.ListChatsResponse:
+        """One page of chats, newest first."""
+        request = gw.ListChatsRequest(page_size=page_size, page_token=page_token)
+        response: gw.ListChatsResponse = self._unary(self.stub.ListChats, request, deadline)
+        return response
+
+    def iter_chats(self, page_size: int = 0) -> Iterator[gw.ChatSummary]:
+        """Every chat, newest first, fetching page after page."""
+        token = ""
+        while True:
+            page = self.list_chats(page_size, token)
+            yield from page.chats
+            token = page.next_page_token
+            if not token:
+                return
+
+    def get_chat(
+        self, chat_id: str, *, include_raw_messages: bool = False, deadline: float | None = None
+    ) -> gw.GetChatResponse:
+        """A chat's history as replayable events."""
+        request = gw.GetChatRequest(chat_id=chat_id, include_raw_messages=include_raw_messages)
+        response: gw.GetChatResponse = self._unary(self.stub.GetChat, request, deadline)
+        return response
+
+    def upload(
+        self,
+        name: str,
+        content: bytes,
+        *,
+        mime_type: str = "",
+        chat_id: str = "",
+        deadline: float | None = None,
+    ) -> gw.UploadResponse:
+        """Store a file; put the returned `reference` in a later query's `references`."""
+        request = gw.UploadRequest(
+            request_id=new_request_id(),
+            chat_id=chat_id,
+            name=name,
+            mime_type=mime_type,
+            content=content,
+        )
+        response: gw.UploadResponse = self._unary(self.stub.Upload, request, deadline)
+        return response

@@ -1,0 +1,128 @@
+"""The `agw` session: plans, tasks, questions, permissions and approvals, at the terminal.
+
+The service's plan mode, questions and permissions stream these events; here a
+scripted `AgentGateway` (an edge fake on a real loopback gRPC server) plays them,
+so that the rendering and the answers `Submit` carries are checked exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from agw.v1 import events_pb2 as pb
+from agw.v1 import gateway_pb2 as gw
+from agw.v1 import gateway_pb2_grpc
+from agw_client import Client
+from agw_client.cli.render import Renderer
+from agw_client.cli.session import Prompter, Session
+from agw_client.messages import from_value
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def plan(*statuses: pb.TaskStatus.ValueType) -> pb.Plan:
+    names = ["Find flights", "Book hotel"]
+    return pb.Plan(
+        tasks=[
+            pb.Task(task_id=f"t{i}", description=names[i], status=status)
+            for i, status in enumerate(statuses)
+        ]
+    )
+
+
+INIT, RUNNING, DONE = pb.TASK_STATUS_INIT, pb.TASK_STATUS_IN_PROGRESS, pb.TASK_STATUS_COMPLETED
+
+
+class ScriptedGateway(gateway_pb2_grpc.AgentGatewayServicer):
+    """Streams a plan-and-ask run; each ask waits until `Submit` answers it."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, Any]] = []
+        self._answered: asyncio.Queue[str] = asyncio.Queue()
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        seq = 0
+
+        async def send(**payload: Any) -> None:
+            nonlocal seq
+            seq += 1
+            await context.write(pb.Event(seq=seq, run_id="r1", chat_id="c1", **payload))
+
+        await send(run_start=pb.RunStart(agent_key="planner"))
+        await send(plan_create=pb.PlanCreate(plan_id="p", plan=plan(INIT, INIT)))
+        await send(
+            plan_approval=pb.PlanApproval(plan_id="p", approval_id="a1", plan=plan(INIT, INIT))
+        )
+        assert await self._answered.get() == "a1"
+        await send(task_start=pb.TaskStart(description="Find flights"), task_id="t0")
+        await send(plan_update=pb.PlanUpdate(plan_id="p", plan=plan(RUNNING, INIT)))
+        question = pb.QuestionAsk(question_id="q1", question="Window or aisle?")
+        question.options.extend(["Window", "Aisle"])
+        await send(question_ask=question, task_id="t0")
+        assert await self._answered.get() == "q1"
+        ask = pb.PermissionAsk(permission_id="p1", tool_name="book", arguments='{"seat": "2A"}')
+        await send(permission_ask=ask, task_id="t0")
+        assert await self._answered.get() == "p1"
+        await send(permission_answer=pb.PermissionAnswer(permission_id="p1", reason="user"))
+        await send(task_complete=pb.TaskComplete(description="Flight booked"), task_id="t0")
+        await send(plan_update=pb.PlanUpdate(plan_id="p", plan=plan(DONE, INIT)))
+        await send(run_complete=pb.RunComplete(finish_reason="stop"))
+
+    async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:
+        self.submitted.append((request.tool_id, from_value(request.payload)))
+        await self._answered.put(request.tool_id)
+        return gw.SubmitResponse(accepted=True, outcome=gw.SUBMIT_OUTCOME_ACCEPTED)
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[tuple[ScriptedGateway, str]]:
+    servicer = ScriptedGateway()  # type: ignore[abstract]
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+async def test_plan_tasks_and_every_kind_of_wait(scripted: tuple[ScriptedGateway, str]) -> None:
+    servicer, target = scripted
+    out, err = io.StringIO(), io.StringIO()
+    answers: Iterator[str] = iter(["y", "2", "no"])
+
+    def read(prompt: str) -> str:
+        out.write(prompt)
+        return next(answers)
+
+    def follow() -> str:
+        renderer = Renderer(out, err, color=False)
+        with Client(target) as client:
+            session = Session(client, renderer, Prompter(renderer, read, echo=True))
+            return session.follow(client.query("planner", "Trip to Rome")).outcome
+
+    assert await asyncio.to_thread(follow) == "complete"
+    assert servicer.submitted == [("a1", True), ("q1", "Aisle"), ("p1", False)]
+    assert out.getvalue().splitlines() == [
+        "plan:",
+        "  [ ] Find flights",
+        "  [ ] Book hotel",
+        "  [ ] Find flights",
+        "  [ ] Book hotel",
+        "approve this plan? [y/N] y",
+        "▶ Find flights",
+        "plan 0/2: [>] Find flights",
+        "? Window or aisle?",
+        "  1. Window",
+        "  2. Aisle",
+        "your answer: 2",
+        'allow book {"seat": "2A"}? [y/N] no',
+        "permission denied (user)",
+        "✓ Flight booked",
+        "plan 1/2: [x] Find flights",
+    ]
+    assert err.getvalue() == ""

@@ -1,0 +1,155 @@
+"""Connection options of the Python client: retries, metadata, deadlines, TLS.
+
+These need a server that misbehaves on purpose, so they run against a fake
+`AgentGateway` servicer (an edge fake) on a real loopback gRPC server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from agw.v1 import events_pb2 as pb
+from agw.v1 import gateway_pb2 as gw
+from agw.v1 import gateway_pb2_grpc
+from agw_client import AsyncClient, ClientOptions, DeadlineExceeded, Unavailable
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class FlakyGateway(gateway_pb2_grpc.AgentGatewayServicer):
+    """Answers UNAVAILABLE `failures` times per method, then succeeds; records metadata."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.calls: dict[str, int] = {}
+        self.metadata: list[dict[str, str]] = []
+        self.never = asyncio.Event()
+
+    async def _enter(self, method: str, context: Context) -> None:
+        self.calls[method] = self.calls.get(method, 0) + 1
+        self.metadata.append({k: str(v) for k, v in context.invocation_metadata() or ()})
+        if self.calls[method] <= self.failures:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "try again")
+
+    async def ListAgents(self, request: Any, context: Context) -> gw.ListAgentsResponse:
+        await self._enter("ListAgents", context)
+        return gw.ListAgentsResponse(agents=[gw.Agent(key="a")])
+
+    async def GetAgent(self, request: Any, context: Context) -> gw.GetAgentResponse:
+        await self._enter("GetAgent", context)
+        await self.never.wait()
+        raise AssertionError("unreachable")
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        await self._enter("Query", context)
+        await context.write(pb.Event(seq=1, type="run.start", run_start=pb.RunStart()))
+
+
+async def serve(servicer: FlakyGateway, credentials: Any = None) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+    await server.start()
+    return server, port
+
+
+@pytest.fixture
+async def flaky() -> AsyncIterator[tuple[FlakyGateway, int]]:
+    servicer = FlakyGateway(failures=2)  # type: ignore[abstract]
+    server, port = await serve(servicer)
+    yield servicer, port
+    servicer.never.set()
+    await server.stop(None)
+
+
+async def test_unary_calls_are_retried_on_unavailable(flaky: tuple[FlakyGateway, int]) -> None:
+    servicer, port = flaky
+    async with AsyncClient(f"127.0.0.1:{port}", retry_backoff=0.01) as agw:
+        agents = await agw.list_agents()
+    assert [a.key for a in agents] == ["a"]
+    assert servicer.calls["ListAgents"] == 3
+
+
+async def test_retries_give_up_and_raise_unavailable(flaky: tuple[FlakyGateway, int]) -> None:
+    servicer, port = flaky
+    async with AsyncClient(f"127.0.0.1:{port}", retries=1, retry_backoff=0.01) as agw:
+        with pytest.raises(Unavailable) as caught:
+            await agw.list_agents()
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.message == "try again"
+    assert servicer.calls["ListAgents"] == 2
+
+
+async def test_streams_are_never_retried(flaky: tuple[FlakyGateway, int]) -> None:
+    servicer, port = flaky
+    async with AsyncClient(f"127.0.0.1:{port}", retry_backoff=0.01) as agw:
+        with pytest.raises(Unavailable):
+            [e async for e in agw.query("a", "hi")]
+    assert servicer.calls["Query"] == 1
+
+
+async def test_token_and_metadata_go_with_every_call(flaky: tuple[FlakyGateway, int]) -> None:
+    servicer, port = flaky
+    options = ClientOptions(
+        f"127.0.0.1:{port}", token="s3cret", metadata=(("x-tenant", "acme"),), retries=0
+    )
+    async with AsyncClient(options=options) as agw:
+        with pytest.raises(Unavailable):
+            await agw.list_agents()
+        with pytest.raises(Unavailable):
+            [e async for e in agw.query("a", "hi")]
+    for seen in servicer.metadata:
+        assert seen["authorization"] == "Bearer s3cret"
+        assert seen["x-tenant"] == "acme"
+    assert len(servicer.metadata) == 2
+
+
+async def test_unary_deadline(flaky: tuple[FlakyGateway, int]) -> None:
+    servicer, port = flaky
+    servicer.failures = 0
+    async with AsyncClient(f"127.0.0.1:{port}", timeout=5.0) as agw:
+        with pytest.raises(DeadlineExceeded):
+            await agw.get_agent("a", deadline=0.05)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="retries"):
+        ClientOptions(retries=5)
+    assert ClientOptions(retries=0).service_config() == {}
+    with pytest.raises(TypeError):
+        AsyncClient("127.0.0.1:1", options=ClientOptions())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_tls_with_own_root_certificate(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    openssl = await asyncio.create_subprocess_exec(
+        *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+        *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"),
+        *("-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert await openssl.wait() == 0
+    credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    servicer = FlakyGateway()  # type: ignore[abstract]
+    server, port = await serve(servicer, credentials)
+    try:
+        async with AsyncClient(
+            f"127.0.0.1:{port}", tls=True, root_certificates=cert.read_bytes()
+        ) as agw:
+            assert [a.key for a in await agw.list_agents()] == ["a"]
+        async with AsyncClient(f"127.0.0.1:{port}", retries=0) as plaintext:
+            with pytest.raises(Unavailable):
+                await plaintext.list_agents(deadline=2)
+    finally:
+        await server.stop(None)
