@@ -1,0 +1,75 @@
+"""Starting and stopping the benchmarked processes (`python -m bench.serve KIND`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.control import ControlClient
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Child:
+    """A running child process and its control connection."""
+
+    kind: str
+    process: asyncio.subprocess.Process
+    port: int
+    pid: int
+    control: ControlClient
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.control.stats()
+
+    async def stop(self) -> None:
+        """Close its stdin (it stops cleanly), wait for it; kill it if it hangs."""
+        await self.control.aclose()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.communicate(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.communicate()
+        if self.process.returncode not in (0, None):
+            print(f"bench: {self.kind} exited with {self.process.returncode}", file=sys.stderr)
+
+
+async def spawn(kind: str, *args: str) -> Child:
+    """Start `python -m bench.serve KIND ARGS...` and wait until it is ready."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.serve",
+        kind,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), READY_TIMEOUT_S)
+        if not line.startswith(b"READY "):
+            raise RuntimeError(f"bench: {kind} did not start (exit code {process.returncode})")
+        info = json.loads(line[6:])
+        control = await ControlClient.connect(int(info["control"]))
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.communicate()
+        raise
+    return Child(kind, process, int(info["port"]), int(info["pid"]), control)

@@ -1,0 +1,250 @@
+"""The report: the gateway's figures next to the baselines, the ratios, the targets.
+
+`build` turns the raw figures of a run into the results document (also written
+as JSON); `markdown` renders it as the tables the README quotes. The targets
+are the issue's: each is judged on the gateway against the minimal relay
+(httpx, the client the gateway uses) measured in the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.scenarios import SUSTAINED
+
+RELAY = "relay"
+Servers = dict[str, dict[str, Any]]
+Comparisons = dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured number, per server; `compare` is how the gateway is set against the relay."""
+
+    key: str
+    label: str
+    compare: str  # "ratio" (gateway ÷ relay) or "added" (gateway − relay)
+    digits: int = 1
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("cpu_us_per_delta_load", "CPU per delta, paced load (µs)", "ratio"),
+    Figure("cpu_us_per_delta_light", "CPU per delta, light paced (µs)", "ratio"),
+    Figure("cpu_us_per_delta_bulk", "CPU per delta, bulk (µs)", "ratio"),
+    Figure("ttfe_p50_ms", "time to first delta p50 (ms)", "added", 2),
+    Figure("ttfe_p99_ms", "time to first delta p99 (ms)", "added", 2),
+    Figure("latency_p50_us", "per-delta latency p50 (µs)", "added", 0),
+    Figure("latency_p99_us", "per-delta latency p99 (µs)", "added", 0),
+    Figure("rss_kib_per_stream", "RSS per open stream (KiB)", "added"),
+    Figure("load_rate_per_s", "paced load: delivered deltas/s", "ratio", 0),
+    Figure("load_latency_p50_ms", "paced load: latency p50 (ms)", "added", 2),
+    Figure("load_latency_p99_ms", "paced load: latency p99 (ms)", "added", 2),
+    Figure("load_server_cores", "paced load: server CPU (cores)", "ratio", 2),
+)
+ERROR_KEYS = ("idle_errors", "ttfe_errors", "latency_errors", "bulk_errors", "load_errors")
+
+
+def _get(servers: Servers, kind: str, key: str) -> float | None:
+    value = servers.get(kind, {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def comparisons(servers: Servers) -> Comparisons:
+    """For each figure: gateway ÷ relay or gateway − relay, and the same against bare."""
+    out: dict[str, dict[str, float]] = {}
+    for fig in FIGURES:
+        row: dict[str, float] = {}
+        for base in (RELAY, "relay-aiohttp", "bare"):
+            g, b = _get(servers, "gateway", fig.key), _get(servers, base, fig.key)
+            if g is None or b is None:
+                continue
+            if fig.compare == "ratio":
+                if b > 0:
+                    row[f"gateway/{base}"] = g / b
+            else:
+                row[f"gateway-{base}"] = g - b
+        h, a = _get(servers, RELAY, fig.key), _get(servers, "relay-aiohttp", fig.key)
+        if fig.compare == "ratio" and h is not None and a:
+            row["httpx/aiohttp"] = h / a
+        out[fig.key] = row
+    return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal of the issue: `measure(...) <= limit`, and `condition`'s check when there is one."""
+
+    name: str
+    goal: str
+    measure: Callable[[Servers, Comparisons], float | None]
+    limit: float
+    unit: str
+    condition: Callable[[Servers], str] | None = None  # "" when fine, else what failed
+
+
+def _cmp(key: str, how: str) -> Callable[[Servers, Comparisons], float | None]:
+    return lambda servers, comp: comp.get(key, {}).get(how)
+
+
+def _gateway(key: str) -> Callable[[Servers, Comparisons], float | None]:
+    return lambda servers, comp: _get(servers, "gateway", key)
+
+
+def _sustained(servers: Servers) -> str:
+    return "" if servers.get("gateway", {}).get("load_sustained") else "not sustained"
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "CPU per delta, paced load",
+        "≤ 2× relay",
+        _cmp("cpu_us_per_delta_load", "gateway/relay"),
+        2.0,
+        "×",
+    ),
+    Target(
+        "CPU per delta, bulk",
+        "≤ 2× relay",
+        _cmp("cpu_us_per_delta_bulk", "gateway/relay"),
+        2.0,
+        "×",
+    ),
+    Target(
+        "added time to first event p50",
+        "≤ 1 ms",
+        _cmp("ttfe_p50_ms", "gateway-relay"),
+        1.0,
+        "ms",
+    ),
+    Target(
+        "added per-delta latency p50",
+        "≤ 150 µs",
+        _cmp("latency_p50_us", "gateway-relay"),
+        150.0,
+        "µs",
+    ),
+    Target(
+        "added per-delta latency p99",
+        "≤ 1000 µs",
+        _cmp("latency_p99_us", "gateway-relay"),
+        1000.0,
+        "µs",
+    ),
+    Target("RSS per open stream", "≤ 50 KiB", _gateway("rss_kib_per_stream"), 50.0, "KiB"),
+    Target(
+        "paced load sustained, latency p99",
+        "sustained, p99 ≤ 20 ms",
+        _gateway("load_latency_p99_ms"),
+        20.0,
+        "ms",
+        _sustained,
+    ),
+)
+
+
+def targets(servers: Servers, comp: Comparisons) -> list[dict[str, Any]]:
+    out = []
+    for t in TARGETS:
+        value = t.measure(servers, comp)
+        note = t.condition(servers) if t.condition is not None else ""
+        met = value is not None and value <= t.limit and not note
+        out.append(
+            {
+                "name": t.name,
+                "goal": t.goal,
+                "value": value,
+                "unit": t.unit,
+                "note": note,
+                "met": met,
+            }
+        )
+    return out
+
+
+def build(raw: dict[str, Any]) -> dict[str, Any]:
+    """The results document: run context, figures per server, comparisons, targets."""
+    servers: dict[str, dict[str, Any]] = raw["servers"]
+    comp = comparisons(servers)
+    return {**raw, "comparisons": comp, "targets": targets(servers, comp)}
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+_NAMES = {
+    "bare": "bare gRPC",
+    "relay": "relay (httpx)",
+    "relay-aiohttp": "relay (aiohttp)",
+    "gateway": "gateway",
+}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The figures table, the targets table and the run's context, in Markdown."""
+    servers: Servers = results["servers"]
+    comp: Comparisons = results["comparisons"]
+    kinds = [k for k in _NAMES if k in servers]
+    head = ["figure", *(_NAMES[k] for k in kinds), "gateway ÷ relay", "gateway − relay"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for fig in FIGURES:
+        cells = [fig.label, *(_fmt(_get(servers, k, fig.key), fig.digits) for k in kinds)]
+        row = comp.get(fig.key, {})
+        ratio = row.get("gateway/relay") if fig.compare == "ratio" else None
+        added = row.get("gateway-relay") if fig.compare == "added" else None
+        cells += [_fmt(ratio, 2) + ("×" if ratio is not None else ""), _fmt(added, fig.digits)]
+        lines.append("| " + " | ".join(cells) + " |")
+    sustained = [
+        ("yes" if servers[k].get("load_sustained") else "**no**") if k in servers else "–"
+        for k in kinds
+    ]
+    lines.append("| paced load: sustained | " + " | ".join(sustained) + " | | |")
+    lines += ["", "| target (gateway vs relay) | goal | measured | met |", "|---|---|---|---|"]
+    for t in results["targets"]:
+        value = _fmt(t["value"], 2)
+        measured = f"{value} {t['unit']}" if t["value"] is not None else value
+        if t["note"]:
+            measured += f", {t['note']}"
+        met = "met" if t["met"] else "**not met**"
+        lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |")
+    lines += ["", _context(results)]
+    return "\n".join(lines)
+
+
+def _context(results: dict[str, Any]) -> str:
+    meta, sizes = results["meta"], results["meta"]["sizes"]
+    servers: Servers = results["servers"]
+    comp: Comparisons = results["comparisons"]
+    offered = sizes["load_streams"] * 1000 / sizes["load_interval_ms"]
+    parts = [
+        f"Measured {meta['started_at']} on {meta['cpus']} CPUs (load average "
+        f"{meta['loadavg_before'][0]:.2f} before, {meta['loadavg_after'][0]:.2f} after), "
+        f"Python {meta['python']}, in {meta['duration_s']} s"
+        + (" — quick sizes, not representative." if meta["quick"] else "."),
+        f"Paced load: {sizes['load_streams']} streams × {sizes['load_deltas']} deltas, "
+        f"{sizes['load_interval_ms']:g} ms apart ({offered:,.0f} deltas/s offered; sustained = "
+        f"every delta delivered, first to last at ≥ {SUSTAINED:.0%} of that rate). Light paced: "
+        f"{sizes['latency_streams']} × {sizes['latency_deltas']} deltas "
+        f"{sizes['latency_interval_ms']:g} ms apart. Bulk: {sizes['bulk_streams']} × "
+        f"{sizes['bulk_deltas']} deltas at once. Idle: {sizes['idle_streams']} open streams. "
+        f"Time to first delta: {sizes['ttfe_calls']} calls one at a time.",
+    ]
+    http = comp.get("cpu_us_per_delta_load", {}).get("httpx/aiohttp")
+    if http is not None:
+        light = comp.get("cpu_us_per_delta_light", {}).get("httpx/aiohttp", 0.0)
+        bulk = comp.get("cpu_us_per_delta_bulk", {}).get("httpx/aiohttp", 0.0)
+        parts.append(
+            f"HTTP client: relay CPU per delta httpx ÷ aiohttp = {http:.2f}× (paced load), "
+            f"{light:.2f}× (light paced), {bulk:.2f}× (bulk)."
+        )
+    loads = ", ".join(
+        f"{_NAMES[k]} {v.get('load_provider_cores', 0):.2f} / {v.get('load_client_cores', 0):.2f}"
+        for k, v in servers.items()
+    )
+    parts.append(f"Provider / load-client CPU (cores) during the paced load: {loads}.")
+    errors = {k: sum(int(v.get(e, 0)) for e in ERROR_KEYS) for k, v in servers.items()}
+    if any(errors.values()):
+        parts.append(f"**Failed streams**: {errors}.")
+    return "\n".join(parts)

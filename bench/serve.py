@@ -1,0 +1,105 @@
+"""`python -m bench.serve KIND`: one benchmarked process (provider, baseline, relay or gateway).
+
+Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
+until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
+the process runs under cProfile and writes the stats to FILE when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from bench.baseline import bare_query, start_grpc
+from bench.control import ControlServer, announce, wait_for_stop
+from bench.gateway import start_gateway
+from bench.protocol import SERVERS
+from bench.provider import bench_provider
+from bench.relay import AiohttpRelay, HttpxRelay
+
+KINDS = ("provider", *SERVERS)
+
+
+@contextlib.asynccontextmanager
+async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[int, ControlServer]]:
+    """Start `kind`; yield its port and control endpoint; stop it on exit."""
+    control = ControlServer()
+    stop: Callable[[], Awaitable[None]]
+    if kind == "provider":
+        provider = await bench_provider().start()
+        control.extra = lambda: {
+            "open_connections": provider.open_connections,
+            "disconnects": provider.disconnects,
+        }
+        port, stop = provider.port, provider.stop
+    elif kind == "gateway":
+        workdir = Path(tempfile.mkdtemp(prefix="agw-bench-"))
+        app = await start_gateway(args.provider_url, workdir, args.max_streams)
+        port = app.grpc.port
+
+        async def stop() -> None:
+            try:
+                await app.stop()
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    elif kind == "bare":
+        server, port = await start_grpc(bare_query)
+        stop = lambda: server.stop(1.0)  # noqa: E731
+    else:
+        if kind == "relay":
+            relay: HttpxRelay | AiohttpRelay = HttpxRelay(args.provider_url, args.max_streams)
+        else:
+            relay = AiohttpRelay(args.provider_url, args.max_streams)
+            await relay.start()
+        server, port = await start_grpc(relay.Query)
+
+        async def stop() -> None:
+            await server.stop(1.0)
+            await relay.aclose()
+
+    await control.start()
+    try:
+        yield port, control
+    finally:
+        await control.stop()
+        await stop()
+
+
+async def serve(kind: str, args: argparse.Namespace) -> None:
+    async with _running(kind, args) as (port, control):
+        announce(kind=kind, port=port, control=control.port, pid=os.getpid())
+        await wait_for_stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("--provider-url", default="", help="base URL of the provider, up to /v1")
+    parser.add_argument("--max-streams", type=int, default=2000, help="connection and run limits")
+    parser.add_argument("--profile", default="", help="write cProfile stats here on exit")
+    args = parser.parse_args(argv)
+    if args.kind not in ("provider", "bare") and not args.provider_url:
+        parser.error(f"{args.kind} needs --provider-url")
+    logging.basicConfig(level=logging.WARNING)
+    profile = cProfile.Profile() if args.profile else None
+    if profile is not None:
+        profile.enable()
+    try:
+        asyncio.run(serve(args.kind, args))
+    finally:
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
