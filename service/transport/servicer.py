@@ -110,6 +110,9 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             except AgwError as error:
                 await abort(context, error)
                 return
+            live = self.runtime.runs.get(request.run_id)
+            if live is not None and not live.done:  # accepted: the client may not wait for
+                await context.send_initial_metadata(())  # an event to learn it (HTTP 200 now)
             await self._write_all(events, context, "Attach")
 
     @staticmethod
@@ -120,7 +123,6 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         labels = {"rpc.method": method}
         active_streams.add(1, labels)
         try:
-            await context.send_initial_metadata(())  # the call is accepted: tell the client now
             async with aclosing(events):
                 async for event in events:
                     await context.write(event)
