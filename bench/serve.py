@@ -3,6 +3,8 @@
 Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
 until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
+`AGW_BENCH_UVLOOP=1` runs the gateway on uvloop's event loop (`all`: every
+process); uvloop is not a dependency, install it to use this.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import importlib
 import logging
 import os
 import shutil
@@ -80,6 +83,17 @@ async def serve(kind: str, args: argparse.Namespace) -> None:
         await wait_for_stop()
 
 
+def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when `AGW_BENCH_UVLOOP` asks for it for `kind`, else None (asyncio's)."""
+    wanted = os.environ.get("AGW_BENCH_UVLOOP", "")
+    if wanted == "all" or (wanted == "1" and kind == "gateway"):
+        factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(
+            "uvloop"
+        ).new_event_loop
+        return factory
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
     parser.add_argument("kind", choices=KINDS)
@@ -94,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     if profile is not None:
         profile.enable()
     try:
-        asyncio.run(serve(args.kind, args))
+        with asyncio.Runner(loop_factory=_loop_factory(args.kind)) as runner:
+            runner.run(serve(args.kind, args))
     finally:
         if profile is not None:
             profile.disable()

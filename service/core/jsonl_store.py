@@ -13,7 +13,9 @@ Durability and crash safety:
 - On read, a line that is not a JSON object is reported (file and line number)
   and skipped, never fatal. Old field names are read: `planSnapshot` → `plan`,
   and a plan's `plan` list → `tasks`.
-- One process writes a directory; appends to one chat are serialised.
+- One process writes a directory; appends to one chat are serialised. A line is
+  appended from the event loop (page-cache writes take microseconds); fsyncs and
+  reads run in a worker thread.
 """
 
 from __future__ import annotations
@@ -125,9 +127,14 @@ class JsonlChatStore:
             json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             for r in records
         )
+        # Appending a line to a local file takes microseconds (the page cache): it is done
+        # in the loop, which also keeps appends in call order. fsync goes to a thread.
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
-        async with lock:
-            await asyncio.to_thread(self._write, chat_id, path, data)
+        async with lock:  # not while an fsync of the chat is running
+            if self.fsync == "always":
+                await asyncio.to_thread(self._write, chat_id, path, data)
+            else:
+                self._write(chat_id, path, data)
         for record in records:
             self._index(chat_id, record)
 

@@ -1,10 +1,11 @@
-"""OpenAIChatClient against the loopback server: real sockets, real httpx, no mocks."""
+"""OpenAIChatClient against the loopback server: real sockets, real aiohttp, no mocks."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import random
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -62,6 +63,10 @@ def req(**kw: Any) -> ModelRequest:
     return ModelRequest(
         provider="fake", model="m", messages=[{"role": "user", "content": "hi"}], **kw
     )
+
+
+def req_with(text: str) -> ModelRequest:
+    return ModelRequest(provider="fake", model="m", messages=[{"role": "user", "content": text}])
 
 
 async def collect(
@@ -420,6 +425,146 @@ async def test_leaving_the_block_early_closes_upstream(
         async for _ in deltas:
             break
     await server.wait_disconnects(1, timeout=0.5)
+
+
+async def test_chunks_received_before_a_cut_are_delivered(
+    server: LoopbackProvider, client: OpenAIChatClient
+) -> None:
+    gate = asyncio.Event()
+    server.enqueue([content("a"), Gate(gate), content("b"), finish("stop"), CLOSE])
+    got: list[ModelDelta] = []
+    async with client.stream(req()) as deltas:
+        async for d in deltas:
+            got.append(d)
+            if d.content == "a":  # stop reading while the rest arrives and the provider cuts
+                gate.set()
+                await server.wait_closed_connections()
+                await asyncio.sleep(0.05)  # lets the client see the cut; shorter only tests less
+    assert got == [
+        ModelDelta(content="a"),
+        ModelDelta(content="b"),
+        ModelDelta(finish_reason="stop"),
+    ]
+
+
+@pytest.mark.parametrize("stage", ["waiting-for-a-slot", "before-the-head", "draining-after-done"])
+async def test_double_cancel_at_every_stage_keeps_a_pool_of_one(stage: str) -> None:
+    never = asyncio.Event()
+
+    async def respond(body: dict[str, Any]) -> Any:
+        text = body["messages"][0]["content"]
+        if text == "ok":
+            return [content("ok"), finish("stop"), DONE]
+        if text == "hold":
+            return [content("held"), Gate(never)]
+        if text == "before-the-head":
+            await never.wait()  # the response head is never sent
+        return [sse(finish("stop")) + b"data: [DONE]\n\n", Gate(never)]  # no end of body
+
+    finished = asyncio.Event()
+
+    async def consume(text: str) -> None:
+        async with pooled.stream(req_with(text)) as deltas:
+            async for d in deltas:
+                if d.finish_reason:
+                    finished.set()  # [DONE] comes next: the client drains the body
+
+    async with LoopbackProvider(respond) as server:
+        pooled = make_client(server, max_connections=1, read_timeout_s=5.0)
+        try:
+            holder = asyncio.create_task(consume("hold"))
+            if stage != "waiting-for-a-slot":
+                holder.cancel()
+            task = asyncio.create_task(consume(stage))
+            if stage == "waiting-for-a-slot":
+                await server._wait(lambda: len(server.requests) == 1, 2.0, "request")
+                await asyncio.sleep(0)  # one loop turn: the task now waits for the only slot
+            elif stage == "before-the-head":
+                await server._wait(lambda: len(server.requests) == 1, 2.0, "request")
+            else:
+                await asyncio.wait_for(finished.wait(), 2.0)
+            task.cancel()
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            holder.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await holder
+            if stage != "before-the-head":  # (there the server does not watch the connection)
+                await server.wait_connections(at_most=0, timeout=1.0)
+            deltas = await asyncio.wait_for(collect(pooled, req_with("ok")), 2.0)
+            assert deltas[0].content == "ok"
+        finally:
+            await pooled.aclose()
+
+
+async def test_a_woken_then_cancelled_waiter_passes_the_slot_on(server: LoopbackProvider) -> None:
+    client = make_client(server, max_connections=1, read_timeout_s=5.0)
+    server.enqueue([content("a"), Gate(asyncio.Event())], [content("c"), finish("stop"), DONE])
+    try:
+        async with client.stream(req()) as deltas:
+            await anext(aiter(deltas))
+            b = asyncio.create_task(collect(client))
+            c = asyncio.create_task(collect(client))
+            await asyncio.sleep(0)  # one loop turn: both now wait for the only slot
+        b.cancel()  # the exit above woke it; it is cancelled before it runs
+        assert (await asyncio.wait_for(c, 1.0))[0].content == "c"
+        with pytest.raises(asyncio.CancelledError):
+            await b
+    finally:
+        await client.aclose()
+
+
+async def test_waiting_for_a_slot_times_out(server: LoopbackProvider) -> None:
+    client = make_client(server, max_connections=1, read_timeout_s=0.2)
+    server.enqueue([content("a"), Gate(asyncio.Event())])
+    try:
+        async with client.stream(req()) as deltas:
+            await anext(aiter(deltas))
+            with pytest.raises(ProviderTimeout) as info:
+                await collect(client)
+    finally:
+        await client.aclose()
+    assert "no free connection within 0.2s" in str(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_many_cancellations_keep_a_pool_of_one() -> None:
+    never = asyncio.Event()
+
+    def respond(body: dict[str, Any]) -> Any:
+        text = body["messages"][0]["content"]
+        if text == "ok":
+            return [content("ok"), finish("stop"), DONE]
+        return [content(text), Gate(never)]
+
+    async def consume(i: int) -> None:
+        async with pooled.stream(req_with(f"c{i}")) as deltas:
+            async for _ in deltas:
+                pass
+
+    rng = random.Random(7)
+    async with LoopbackProvider(respond) as server:
+        pooled = make_client(server, max_connections=1, read_timeout_s=5.0)
+        try:
+            tasks = [asyncio.create_task(consume(i)) for i in range(40)]
+            while pending := [t for t in tasks if not t.done()]:
+                for _ in range(rng.randint(0, 12)):  # connecting, head, body: any stage
+                    await asyncio.sleep(0)
+                # Mostly the oldest (it holds the slot, or is next), else one waiting for it.
+                victim = pending[0] if rng.random() < 0.7 else rng.choice(pending)
+                victim.cancel()
+                if rng.random() < 0.5:
+                    await asyncio.sleep(0)
+                    victim.cancel()
+                await asyncio.wait((victim,), timeout=2.0)
+            assert all(t.cancelled() for t in tasks)
+            await server.wait_connections(at_most=0, timeout=1.0)
+            deltas = await asyncio.wait_for(collect(pooled, req_with("ok")), 2.0)
+            assert deltas[0].content == "ok"
+        finally:
+            await pooled.aclose()
 
 
 # -- request building -------------------------------------------------------------------
