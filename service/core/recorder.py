@@ -70,6 +70,8 @@ class ChatRecorder:
         self._actions: set[str] = set()
         self._shown_content: set[str] = set()
         self._tool_info: dict[str, Record] = {}
+        self._plan: Record | None = None
+        self._written_plan: Record | None = None
         # Writes are short-lived tasks: their appends happen in creation order, since the
         # store's per-chat lock is FIFO and they take it before their first await.
         self._writes: set[asyncio.Task[None]] = set()
@@ -201,6 +203,9 @@ class ChatRecorder:
             self._tool_info[start.tool_id] = info
         elif field_name in ("tool_result", "action_result"):
             self._add_result(event, field_name)
+        elif field_name in ("plan_create", "plan_update"):
+            payload = event.plan_create if field_name == "plan_create" else event.plan_update
+            self._plan = {"planId": payload.plan_id, **json_format.MessageToDict(payload.plan)}
         elif field_name in ("run_complete", "run_error", "run_cancel"):
             self._finish(event)
 
@@ -225,7 +230,9 @@ class ChatRecorder:
             "role": "tool",
             "name": call.get("tool_calls", [{}])[0].get("function", {}).get("name", ""),
             "tool_call_id": call.get("tool_calls", [{}])[0].get("id", tool_id),
-            "content": text_parts(json.dumps(value, ensure_ascii=False) if is_json else value),
+            "content": text_parts(
+                json.dumps(value, ensure_ascii=False, sort_keys=True) if is_json else value
+            ),
             "ts": event.timestamp,
             kind: tool_id,
         }
@@ -265,6 +272,8 @@ class ChatRecorder:
         self._seq += 1
         step.record["_seq"] = self._seq
         step.record["updatedAt"] = now_ms()
+        if self._plan is not None and self._plan != self._written_plan:
+            step.record["plan"] = self._written_plan = self._plan  # the plan as of this step
         self._send([step.record])
 
     def _finish(self, terminal: Event) -> None:

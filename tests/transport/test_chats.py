@@ -53,6 +53,7 @@ def normalized_jsonl(path: Path) -> str:
         dumped = re.sub(r'"(firstDeltaMs|durationMs)": [\d.]+', r'"\1": 0', dumped)
         for pattern, kind in (
             (r"m_[0-9a-f]{8}", "msg"),
+            (r"\b[pta]_[0-9a-f]{8}\b", "tid"),
             (r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])", "run"),
             (r"[0-9a-f]{8}-[0-9a-f-]{27}", "id"),
         ):
