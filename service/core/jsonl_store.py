@@ -236,4 +236,3 @@ def repair_torn_tail(path: Path) -> bool:
         os.fsync(file.fileno())
     log.warning("%s: cut off a torn last line of %d bytes (kept in .torn)", path, len(tail))
     return True
-

@@ -24,6 +24,7 @@ __all__ = ["MASK", "InteractionLog", "is_sensitive", "mask"]
 
 logger = logging.getLogger("agw.llm")
 
+
 class InteractionLog:
     """Per-provider switchboard; `begin` returns a `CallLog` only when logging is on."""
 

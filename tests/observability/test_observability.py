@@ -157,7 +157,7 @@ async def test_a_middleware_that_rewrites_and_one_that_drops(
     ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[4].content_delta.delta == "the ******"
-    assert middlewares.CALLS == [("start", events[0].run_id), ("end", "run.complete")]
+    assert [("start", events[0].run_id), ("end", "run.complete")] == middlewares.CALLS
 
 
 async def test_a_middleware_cannot_drop_the_terminal_event(
@@ -267,7 +267,7 @@ async def test_secrets_never_reach_logs_or_debug_events(
             with pytest.raises(grpc.aio.AioRpcError):
                 await gateway.query("nope", FAKE_KEY)
     assert provider.request_headers[0]["authorization"] == f"Bearer {FAKE_KEY}"
-    assert any("agw.llm" == r.name for r in caplog.records)  # the interaction log ran
+    assert any(r.name == "agw.llm" for r in caplog.records)  # the interaction log ran
     for record in caplog.records:
         assert FAKE_KEY not in record.getMessage()
     for event in events + failed:
