@@ -10,9 +10,26 @@ The metrics and their attributes are listed in the README ("Observability").
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
 from opentelemetry import metrics, trace
 
 tracer = trace.get_tracer("agw")
+
+
+def tracing() -> bool:
+    """Whether a tracer provider is installed (without one, spans are not even created)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def span(name: str, **options: Any) -> AbstractContextManager[trace.Span]:
+    """`tracer.start_as_current_span`, or a no-op when tracing is off (saves its cost)."""
+    if tracing():
+        return tracer.start_as_current_span(name, **options)
+    return nullcontext(trace.INVALID_SPAN)
+
+
 meter = metrics.get_meter("agw")
 
 runs_started = meter.create_counter("agw.runs.started", unit="{run}", description="Runs started")

@@ -93,10 +93,18 @@ class ModelCallObserver:
             "gen_ai.provider.name": request.provider,
             "gen_ai.request.model": request.model,
         }
-        self.span = instruments.tracer.start_span(
-            f"chat {request.model}",
-            kind=trace.SpanKind.CLIENT,
-            attributes={**self.attributes, "agw.stage": request.stage, "agw.call_id": self.call_id},
+        self.span = (
+            instruments.tracer.start_span(
+                f"chat {request.model}",
+                kind=trace.SpanKind.CLIENT,
+                attributes={
+                    **self.attributes,
+                    "agw.stage": request.stage,
+                    "agw.call_id": self.call_id,
+                },
+            )
+            if instruments.tracing()
+            else trace.INVALID_SPAN
         )
         if run.debug_level >= gw.DEBUG_LEVEL_STANDARD:
             full = run.debug_level >= gw.DEBUG_LEVEL_FULL

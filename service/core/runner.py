@@ -123,7 +123,7 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
     labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
     instruments.runs_started.add(1, labels)
     attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
-    with instruments.tracer.start_as_current_span(f"run {ctx.agent.key}", attributes=attributes):
+    with instruments.span(f"run {ctx.agent.key}", attributes=attributes):
         try:
             await _execute(ctx, mode)
         finally:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from opentelemetry import propagate, trace
 
-from service.core.instruments import tracer
+from service.core.instruments import tracer, tracing
 
 SERVICE = "agw.v1.AgentGateway"
 
@@ -17,6 +17,8 @@ def rpc_span(method: str, context: Any) -> AbstractContextManager[trace.Span]:
     carrier = {
         key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
     }
+    if not tracing():
+        return nullcontext(trace.INVALID_SPAN)
     return tracer.start_as_current_span(
         f"{SERVICE}/{method}",
         context=propagate.extract(carrier),

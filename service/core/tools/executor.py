@@ -22,9 +22,8 @@ from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from service.core import events
+from service.core import events, instruments
 from service.core.errors import AgwError
-from service.core.instruments import tracer
 from service.core.observe import observe_tool
 from service.core.run import Run
 from service.core.tools.definitions import ToolDefinition, ToolError
@@ -85,9 +84,7 @@ class ToolExecutor:
             "gen_ai.tool.call.id": call.id,
             "agw.tool.kind": call.kind,
         }
-        with tracer.start_as_current_span(
-            f"execute_tool {call.name}", attributes=attributes
-        ) as span:
+        with instruments.span(f"execute_tool {call.name}", attributes=attributes) as span:
             try:
                 result = await self._run(call, tools.get(call.name), tools)
                 outcome = ToolOutcome(call, result)
