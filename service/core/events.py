@@ -202,6 +202,14 @@ def action_result(action_id: str, result: Any) -> Event:
     return Event(action_result=pb.ActionResult(action_id=action_id, result=to_value(result)))
 
 
+def loop_detect(tool_name: str, arguments: str, repeat_count: int) -> Event:
+    return Event(
+        loop_detect=pb.LoopDetect(
+            tool_name=tool_name, arguments=arguments, repeat_count=repeat_count
+        )
+    )
+
+
 def end_of(start: Event) -> Event:
     """The `*.end` event that closes the block opened by `start`."""
     field = start.WhichOneof("payload")

@@ -27,6 +27,7 @@ from service.core.errors import AgwError
 from service.core.observe import observe_tool
 from service.core.run import Run
 from service.core.tools.definitions import ToolDefinition, ToolError
+from service.core.tools.guards import LoopDetector, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolRegistry
 from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
 from service.core.turn import ToolCall
@@ -65,6 +66,7 @@ class ToolExecutor:
         self.registry = registry
         self.waits = waits
         self.memory = ResultMemory()
+        self.loops = LoopDetector()
 
     async def execute(
         self, calls: Sequence[ToolCall], tools: Mapping[str, ToolDefinition]
@@ -86,7 +88,11 @@ class ToolExecutor:
         }
         with instruments.span(f"execute_tool {call.name}", attributes=attributes) as span:
             try:
-                result = await self._run(call, tools.get(call.name), tools)
+                repeats = self.loops.check(call.name, call.arguments)
+                if repeats:
+                    self.run.emit(events.loop_detect(call.name, call.arguments, repeats))
+                    raise ToolError(loop_message(call.name, repeats))
+                result = truncate_output(await self._run(call, tools.get(call.name), tools))
                 outcome = ToolOutcome(call, result)
             except ToolError as error:
                 outcome = ToolOutcome(call, f"Error: {error}", error=True)
