@@ -77,6 +77,7 @@ class App:
             RuntimeOptions(
                 max_active_runs=settings.max_concurrent_runs,
                 memory_runs=settings.memory_runs,
+                context_max_tokens=settings.context_max_tokens,
                 multitask_strategy=settings.multitask_strategy,
                 unwatched_run_ttl_s=settings.unwatched_run_ttl_s,
                 retention_s=settings.run_retention_s,

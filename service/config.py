@@ -117,6 +117,7 @@ class Settings(BaseSettings):
     uploads_dir: Path | None = None  # default: {data_dir}/uploads
     chat_fsync: Literal["run", "always", "never"] = "run"
     memory_runs: int = 20  # the last k runs of a chat are given to the model
+    context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
     disconnect_policy: Literal["continue", "cancel"] = "continue"
     unwatched_run_ttl_s: float = 600.0  # a run nobody follows is cancelled after this long

@@ -202,6 +202,20 @@ def action_result(action_id: str, result: Any) -> Event:
     return Event(action_result=pb.ActionResult(action_id=action_id, result=to_value(result)))
 
 
+def context_compress(
+    strategy: str, messages_before: int, messages_after: int, tokens_before: int, tokens_after: int
+) -> Event:
+    return Event(
+        context_compress=pb.ContextCompress(
+            strategy=strategy,
+            messages_before=messages_before,
+            messages_after=messages_after,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+        )
+    )
+
+
 def loop_detect(tool_name: str, arguments: str, repeat_count: int) -> Event:
     return Event(
         loop_detect=pb.LoopDetect(

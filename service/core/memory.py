@@ -88,3 +88,30 @@ def _step_messages(messages: list[Record]) -> list[Message]:
         elif role in ("user", "system"):
             out.append({"role": role, "content": _content(message.get("content"))})
     return [m for m in out if m["role"] != "assistant" or m.get("content") or m.get("tool_calls")]
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A rough token count (4 characters a token), enough to keep within a budget."""
+    return (
+        sum(
+            len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) + 16
+            for m in messages
+        )
+        // 4
+    )
+
+
+def fit(history: list[Message], max_tokens: int) -> list[Message]:
+    """The newest whole turns of `history` that fit `max_tokens` (a turn starts at a user message).
+
+    Whole turns are dropped from the oldest on, so a tool call is never separated
+    from its result and the conversation stays valid.
+    """
+    if max_tokens <= 0 or estimate_tokens(history) <= max_tokens:
+        return history
+    starts = [i for i, m in enumerate(history) if m.get("role") == "user"]
+    for start in starts:
+        kept = history[start:]
+        if estimate_tokens(kept) <= max_tokens:
+            return kept
+    return []

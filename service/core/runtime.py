@@ -32,7 +32,7 @@ from service.core.archive import RunArchive
 from service.core.chats import ChatStore, chat_name_of
 from service.core.errors import Conflict, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
 from service.core.jsonl_store import check_chat_id
-from service.core.memory import conversation
+from service.core.memory import conversation, estimate_tokens, fit
 from service.core.middleware import hooks
 from service.core.modes.oneshot import run_oneshot
 from service.core.modes.plan_execute import run_plan_execute
@@ -79,6 +79,7 @@ class RuntimeOptions:
     inline_text_bytes: int = 32 * 1024
     middlewares: tuple[object, ...] = ()
     pricing: Pricing | None = None
+    context_max_tokens: int = 0  # budget of the chat memory given to the model; 0: no limit
     currency: str = "USD"
     debug_level: int = gw.DEBUG_LEVEL_OFF  # when the request does not choose one
 
@@ -185,6 +186,8 @@ class Runtime:
         if new_chat:
             run.emit(events.chat_start(chat_name_of(request.message)))
         run.emit(events.run_start(agent.key))
+        if self.options.context_max_tokens:
+            history = self._fit_context(run, history)
         model_user: dict[str, Any] = {"role": request.role or "user", "content": request.message}
         if parts:
             model_user["content"] = [{"type": "text", "text": request.message}, *parts]
@@ -203,6 +206,21 @@ class Runtime:
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
         run.task.add_done_callback(lambda _: self._ended(run, recorder))
         return run
+
+    def _fit_context(self, run: Run, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Drop the oldest turns of the chat's memory that exceed the context budget."""
+        fitted = fit(history, self.options.context_max_tokens)
+        if len(fitted) < len(history):
+            run.emit(
+                events.context_compress(
+                    "truncate",
+                    len(history),
+                    len(fitted),
+                    estimate_tokens(history),
+                    estimate_tokens(fitted),
+                )
+            )
+        return fitted
 
     def _check_accepting(self) -> None:
         if self.draining:

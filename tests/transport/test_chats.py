@@ -367,3 +367,25 @@ async def test_upload_then_query_with_the_image(
             missing.references.add(id="f_0000000000000000")
             [e async for e in gateway.stub.Query(missing)]
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_chat_beyond_the_context_budget_is_truncated_by_whole_turns(
+    agents_dir: Path, provider: LoopbackProvider
+) -> None:
+    async with Harness.start(agents_dir, provider, context_max_tokens=60) as gateway:
+        chat = ""
+        for n in range(3):
+            provider.enqueue(answer(f"answer {n} " + "x" * 80))
+            events = await gateway.query("plain", f"question {n}", chat_id=chat)
+            chat = events[0].chat_id
+    compress = [e.context_compress for e in events if e.type == "context.compress"]
+    assert len(compress) == 1
+    assert compress[0].strategy == "truncate"
+    assert (compress[0].messages_before, compress[0].messages_after) == (4, 2)
+    assert compress[0].tokens_after <= 60 < compress[0].tokens_before
+    assert [m["content"][:10] for m in provider.requests[2]["messages"]] == [
+        "You are te",
+        "question 1",
+        "answer 1 x",
+        "question 2",
+    ]

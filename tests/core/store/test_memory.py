@@ -132,3 +132,20 @@ def test_image_parts_are_kept_as_parts() -> None:
         }
     ]
     assert conversation(records, 20) == [{"role": "user", "content": [*text("look"), image]}]
+
+
+def test_fit_drops_the_oldest_whole_turns() -> None:
+    from service.core.memory import estimate_tokens, fit
+
+    history = [
+        {"role": "user", "content": "a" * 400},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+        {"role": "tool", "tool_call_id": "c", "content": "b" * 400},
+        {"role": "user", "content": "c" * 40},
+        {"role": "assistant", "content": "d" * 40},
+    ]
+    assert fit(history, 0) == history
+    assert fit(history, 10_000) == history
+    assert fit(history, 40) == history[3:]  # the tool call and its result went together
+    assert fit(history, 5) == []
+    assert estimate_tokens(history[3:]) <= 40
