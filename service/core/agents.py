@@ -55,6 +55,7 @@ Mode = Literal["ONESHOT", "REACT", "PLAN_EXECUTE"]
 Output = Literal["PLAIN", "REASONING_SUMMARY"]
 ToolPolicy = Literal["DISALLOW", "ALLOW", "REQUIRE"]
 Verify = Literal["NONE", "SECOND_PASS_FIX"]
+Permission = Literal["ALLOW", "ASK", "DENY"]
 StageName = Literal["plain", "react", "plan", "execute", "summary"]
 
 PLAN_ADD_TASKS_TOOL = "_plan_add_tasks_"
@@ -293,6 +294,14 @@ class AgentDefinition(_Strict):
     output: Output = "PLAIN"
     tool_policy: ToolPolicy = Field("ALLOW", alias="toolPolicy")
     verify: Verify = "NONE"
+    tool_permissions: dict[str, Permission] = Field(
+        default_factory=dict,
+        alias="toolPermissions",
+        description=(
+            'Per tool name (or "*" for every other tool): ALLOW runs it, ASK waits for the '
+            "user's permission through Submit, DENY refuses it. Default ALLOW."
+        ),
+    )
     budget: Budget = Field(default_factory=Budget)
     plain: PlainStage | None = None
     react: ReactStage | None = None
@@ -328,6 +337,10 @@ class AgentDefinition(_Strict):
         return self
 
     # -- policies and mode settings -----------------------------------------------------
+
+    def permission(self, tool_name: str) -> Permission:
+        """How a call of `tool_name` is permitted (the tool's entry, else "*", else ALLOW)."""
+        return self.tool_permissions.get(tool_name) or self.tool_permissions.get("*") or "ALLOW"
 
     @property
     def react_max_steps(self) -> int:

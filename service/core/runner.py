@@ -69,7 +69,7 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.policies = RunPolicies(self.agent)
-        self.executor = ToolExecutor(self.run, self.tools, self.waits)
+        self.executor = ToolExecutor(self.run, self.tools, self.waits, self.agent.permission)
 
     def model_call(
         self, stage: ResolvedStage, messages: list[dict[str, Any]], **options: Any

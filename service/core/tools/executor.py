@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from service.core import events, instruments
 from service.core.errors import AgwError
 from service.core.observe import observe_tool
 from service.core.run import Run
+from service.core.tools import permissions
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.guards import LoopDetector, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolRegistry
@@ -61,10 +62,17 @@ class ToolOutcome:
 class ToolExecutor:
     """Runs the tool calls of one run."""
 
-    def __init__(self, run: Run, registry: ToolRegistry, waits: Waits) -> None:
+    def __init__(
+        self,
+        run: Run,
+        registry: ToolRegistry,
+        waits: Waits,
+        permission: Callable[[str], str] = lambda _name: "ALLOW",
+    ) -> None:
         self.run = run
         self.registry = registry
         self.waits = waits
+        self.permission = permission
         self.memory = ResultMemory()
         self.loops = LoopDetector()
 
@@ -130,6 +138,7 @@ class ToolExecutor:
             offered = ", ".join(sorted(tools)) or "none"
             raise ToolError(f"unknown tool '{call.name}' (offered tools: {offered})")
         arguments = self._arguments(call)
+        await permissions.check(self.run, self.waits, call, self.permission(call.name))
         if definition.kind == "action":
             self.run.emit(events.action_param(call.id, arguments))
             return ACTION_RESULT
