@@ -184,6 +184,10 @@ class PlanStage(_Stage):
     """PLAN_EXECUTE planning: one call, or a reasoning draft first with `deepThinking`."""
 
     deep_thinking: bool = Field(False, alias="deepThinking")
+    approval: bool = Field(
+        False,
+        description="Wait for the user's approval of the plan (plan.approval, Submit) first.",
+    )
 
 
 class ExecuteStage(_Stage):
@@ -346,6 +350,12 @@ class AgentDefinition(_Strict):
     def react_max_steps(self) -> int:
         """REACT's round limit (`react.maxSteps`, default 6)."""
         return self.react.max_steps if self.react is not None else 6
+
+    @property
+    def plan_approval(self) -> bool:
+        """Whether PLAN_EXECUTE waits for the user's approval of the plan."""
+        plan = self.plan_execute.plan if self.plan_execute is not None else None
+        return plan.approval if plan is not None else False
 
     @property
     def deep_thinking(self) -> bool:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from service.config import Settings
 from service.core.tools.registry import BackendTool
+from service.tools.ask_user import ask_user_tool
 from service.tools.bash import bash_tool
 from service.tools.city_datetime import city_datetime_tool
 from service.tools.weather import mock_city_weather_tool
 
 
 def builtin_tools(settings: Settings) -> list[BackendTool]:
-    """`_bash_`, `city_datetime` and the demo weather tool `mock_city_weather`."""
-    return [bash_tool(settings), city_datetime_tool(), mock_city_weather_tool()]
+    """`_bash_`, `ask_user`, `city_datetime` and the demo weather tool `mock_city_weather`."""
+    return [
+        bash_tool(settings),
+        ask_user_tool(settings.frontend_wait_timeout_s),
+        city_datetime_tool(),
+        mock_city_weather_tool(),
+    ]

@@ -1,19 +1,27 @@
 """The benchmark at tiny sizes: every scenario runs on every server, every figure is there.
 
 Not a timing test: it checks that the benchmark still works end to end (its
-own processes, real sockets on loopback) and that its report is complete.
+own processes, real sockets on loopback) and that its report is complete —
+including the gateway's variants with and without instrumentation, their
+repeated rounds and the "tracing on vs off" section.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
+from typing import Any
 
-from bench import report
+from bench import overhead, report
 from bench.__main__ import run
-from bench.options import parse
-from bench.protocol import SERVERS
+from bench.options import QUICK, parse
+from bench.protocol import GATEWAYS, SERVERS
+
+# Some of the figures of the repeated scenarios (ttfe, latency, bulk, load).
+REPEATED_KEYS = {row.key for row in overhead.ROWS} - {"rss_kib_per_stream"}
+ROUND_ERRORS = ("ttfe_errors", "latency_errors", "bulk_errors", "load_errors")
 
 
 def _number(value: object) -> bool:
@@ -25,6 +33,7 @@ async def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     results = await run(parse(["--quick", "--out", str(out)]))
 
     assert set(results["servers"]) == set(SERVERS)
+    assert set(GATEWAYS) == set(overhead.VARIANTS) <= set(SERVERS)
     for kind, figures in results["servers"].items():
         for fig in report.FIGURES:
             value = figures.get(fig.key)
@@ -47,8 +56,73 @@ async def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
         assert isinstance(target["met"], bool) and isinstance(target["note"], str)
         assert _number(target["value"]), target
 
+    _check_rounds(results)
+    _check_tracing(results["tracing"])
+
     written = json.loads(out.read_text())
     assert written["servers"] == results["servers"]
+    assert written["tracing"] == results["tracing"]
     markdown = out.with_suffix(".md").read_text()
     assert all(fig.label in markdown for fig in report.FIGURES)
     assert all(t.name in markdown for t in report.TARGETS)
+    assert "### Tracing on vs off" in markdown
+    assert all(row.label in markdown for row in overhead.ROWS)
+    assert all(label in markdown for label in overhead.VARIANTS.values())
+
+
+def _check_rounds(results: dict[str, Any]) -> None:
+    """Each variant ran the scenarios once per round; the first round is the main pass."""
+    assert QUICK.rounds >= 2
+    assert set(results["rounds"]) == set(GATEWAYS)
+    for kind, rounds in results["rounds"].items():
+        assert len(rounds) == QUICK.rounds, kind
+        main = results["servers"][kind]
+        assert rounds[0] == {key: main[key] for key in rounds[0]}, kind
+        assert REPEATED_KEYS | set(ROUND_ERRORS) <= set(rounds[0]), kind
+        for figures in rounds:
+            assert set(figures) == set(rounds[0]), kind
+            assert [figures[key] for key in ROUND_ERRORS] == [0] * len(ROUND_ERRORS), kind
+            assert all(_number(figures[key]) for key in REPEATED_KEYS), kind
+
+
+def _check_tracing(tracing: dict[str, Any]) -> None:
+    """Every row has each variant's samples and both comparisons; the 5% targets are judged."""
+    assert tracing["rounds"] == QUICK.rounds
+    # Tracing on did trace (every span and metric collection reached the discarding
+    # exporters); no instrumentation did replace the tracer, instruments and RPC span.
+    telemetry = tracing["telemetry"]
+    assert set(telemetry) == set(GATEWAYS)
+    s = QUICK
+    calls = s.warmup_streams + 5 + s.idle_streams
+    calls += s.rounds * (s.ttfe_calls + s.latency_streams + s.bulk_streams + s.load_streams)
+    assert telemetry["gateway+otel"]["otel_spans_exported"] >= calls  # one per RPC at least
+    assert telemetry["gateway+otel"]["otel_metric_exports"] > 0
+    assert telemetry["gateway-no-otel"]["otel_names_removed"] > 0
+    assert telemetry["gateway"] == {"otel_names_removed": 0}
+    for row in overhead.ROWS:
+        repeated = row.key in REPEATED_KEYS
+        for kind in GATEWAYS:
+            stats = tracing["figures"][row.key][kind]
+            assert len(stats["samples"]) == (QUICK.rounds if repeated else 1), (row.key, kind)
+            assert 0 < stats["min"] <= stats["median"] <= stats["max"], (row.key, kind)
+            assert _number(stats["spread"]) if repeated else stats["spread"] is None
+        comp = tracing["comparisons"][row.key]
+        for key in ("on/off", "off/none"):
+            assert _number(comp[key]) and comp[key] > 0, (row.key, key)
+            assert _number(comp[key.replace("/", "-")]), (row.key, key)
+            assert len(comp[f"{key} rounds"]) == (QUICK.rounds if repeated else 0), (row.key, key)
+
+    targets = tracing["targets"]
+    assert [t["key"] for t in targets] == [row.key for row in overhead.ROWS if row.target]
+    for target in targets:
+        rounds = target["rounds"]
+        assert len(rounds) == QUICK.rounds, target
+        assert target["value"] == statistics.median(rounds), target
+        assert target["met"] == (target["value"] <= overhead.LIMIT), target
+        assert target["noise"] == max(rounds) - min(rounds), target
+        if min(rounds) <= overhead.LIMIT < max(rounds):
+            assert target["note"].startswith("not conclusive: rounds"), target
+        elif target["noise"] > overhead.LIMIT - 1:
+            assert target["note"].startswith("noise"), target
+        else:
+            assert target["note"] == "", target

@@ -15,13 +15,20 @@ reporting — then `task.complete` or `task.fail`, each followed by `plan.update
 A failed task does not stop the plan; an error of the run (a budget, the
 provider) fails the current task, then ends the run with `run.error`.
 
+With `planExecute.plan.approval`, the plan waits for the user's approval
+(`plan.approval`, answered through Submit); a rejected plan ends the run with
+finish reason `plan_rejected`, its tasks canceled.
+
 Summary stage (when configured): the answer, from the request and the tasks'
 results, like ONESHOT (tools allowed, verify applies).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
+
+from agw.v1 import events_pb2 as pb
 
 from service.core import events
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
@@ -30,6 +37,7 @@ from service.core.runner import Outcome, RunContext
 from service.core.tools.conversation import Conversation, finish
 from service.core.tools.definitions import ToolDefinition
 from service.core.tools.executor import ToolOutcome
+from service.core.tools.permissions import allowed
 from service.core.tools.planning import (
     EXECUTOR_TOOLS_HEADING,
     PLAN_ADD_TASKS,
@@ -43,6 +51,7 @@ from service.core.tools.planning import (
     parse_update,
 )
 from service.core.tools.registry import StageTools
+from service.core.waits import WaitTimedOut
 
 GENERATE_INSTRUCTION = f"Now record this plan by calling {PLAN_ADD_TASKS_TOOL}."
 PLAN_REPAIR = f"You must record the plan now: call {PLAN_ADD_TASKS_TOOL} with at least one task."
@@ -60,6 +69,11 @@ class PlanFailed(AgwError):
 
 async def run_plan_execute(ctx: RunContext) -> Outcome:
     plan = await make_plan(ctx)
+    if ctx.agent.plan_approval and not await approve(ctx, plan):
+        for task in plan.tasks:
+            task.status = "canceled"
+        ctx.run.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+        return Outcome("plan_rejected", ctx.policies.usage)
     for task in plan.tasks:
         await execute_task(ctx, plan, task)
     agent = ctx.agent
@@ -119,6 +133,30 @@ async def make_plan(ctx: RunContext) -> Plan:
         if attempt == 0:
             conversation.messages.append({"role": "user", "content": PLAN_REPAIR})
     raise PlanFailed(f"the model did not record a plan with {PLAN_ADD_TASKS_TOOL}")
+
+
+async def approve(ctx: RunContext, plan: Plan) -> bool:
+    """The approval gate: `plan.approval`, then the user's answer through Submit.
+
+    The payload `true`/`false`, `{"approved": bool}` or a word ("yes", "approve", "no")
+    decides; no answer in time is a rejection.
+    """
+    approval_id = "appr_" + secrets.token_hex(4)
+    waits = ctx.waits
+    ctx.run.emit(
+        events.Event(
+            plan_approval=pb.PlanApproval(
+                plan_id=plan.plan_id,
+                approval_id=approval_id,
+                plan=plan.to_pb(),
+                timeout_ms=round(waits.timeout_s * 1000),
+            )
+        )
+    )
+    try:
+        return allowed(await waits.wait(ctx.run, approval_id, "plan approval"))
+    except WaitTimedOut:
+        return False
 
 
 def capabilities(tools: tuple[ToolDefinition, ...]) -> str:

@@ -13,6 +13,7 @@ returned in call order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -26,7 +27,7 @@ from service.core import events, instruments
 from service.core.errors import AgwError
 from service.core.observe import observe_tool
 from service.core.run import Run
-from service.core.tools import permissions
+from service.core.tools import permissions, questions
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.guards import LoopDetector, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolRegistry
@@ -173,7 +174,14 @@ class ToolExecutor:
         if handler is None:
             raise ToolError(f"backend tool '{call.name}' has no implementation")
         timeout = definition.timeout_s or self.registry.default_timeout_s
-        info = ToolCallInfo(self.run.run_id, self.run.chat_id, call.id, call.name, self.run.task_id)
+        info = ToolCallInfo(
+            self.run.run_id,
+            self.run.chat_id,
+            call.id,
+            call.name,
+            self.run.task_id,
+            ask=functools.partial(questions.ask, self.run, self.waits),
+        )
         try:
             async with asyncio.timeout(timeout) as deadline:
                 return await handler(arguments, info)

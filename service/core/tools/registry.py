@@ -20,7 +20,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +51,8 @@ class ToolCallInfo:
     tool_id: str
     tool_name: str
     task_id: str = ""
+    # Ask the user a question and wait for the answer (question.ask / Submit).
+    ask: Callable[[str, Sequence[str]], Awaitable[Any]] | None = None
 
 
 class ToolHandler(Protocol):

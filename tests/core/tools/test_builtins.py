@@ -80,6 +80,7 @@ def test_bash_settings_become_the_sandbox_policy(tmp_path: Path) -> None:
     assert "no network access" in tool.definition.description
     assert [t.definition.name for t in builtin_tools(settings)] == [
         "_bash_",
+        "ask_user",
         "city_datetime",
         "mock_city_weather",
     ]
