@@ -3,9 +3,11 @@
 Each child process (provider, baseline, relay, gateway) answers `stats` on a
 small TCP endpoint on loopback with one JSON line: its CPU time so far
 (`getrusage`, all threads, µs resolution), its current RSS (`VmRSS`), and
-whatever extra counters it registered. It announces itself with one line
-`READY {json}` on stdout and stops when its stdin closes or on SIGTERM/SIGINT,
-so a child never outlives the benchmark that started it.
+whatever extra counters it registered; `flush` first runs the `flush` callback
+it registered, if any (it exports the telemetry it buffers), then answers the
+same. It announces itself with one line `READY {json}` on stdout and stops
+when its stdin closes or on SIGTERM/SIGINT, so a child never outlives the
+benchmark that started it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from bench.protocol import HOST
 
 Extra = Callable[[], dict[str, Any]]
+COMMANDS = (b"stats", b"flush")
 
 
 def process_stats() -> dict[str, Any]:
@@ -37,10 +40,11 @@ def process_stats() -> dict[str, Any]:
 
 
 class ControlServer:
-    """Answers `stats\\n` with a JSON line; anything else closes the connection."""
+    """Answers `stats\\n` or `flush\\n` with a JSON line; anything else closes the connection."""
 
-    def __init__(self, extra: Extra | None = None) -> None:
+    def __init__(self, extra: Extra | None = None, flush: Callable[[], None] | None = None) -> None:
         self.extra = extra
+        self.flush = flush
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -56,7 +60,9 @@ class ControlServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while (await reader.readline()).strip() == b"stats":
+            while (command := (await reader.readline()).strip()) in COMMANDS:
+                if command == b"flush" and self.flush is not None:
+                    self.flush()
                 stats = process_stats()
                 if self.extra is not None:
                     stats.update(self.extra())
@@ -80,8 +86,9 @@ class ControlClient:
         reader, writer = await asyncio.open_connection(HOST, port)
         return cls(reader, writer)
 
-    async def stats(self) -> dict[str, Any]:
-        self._writer.write(b"stats\n")
+    async def stats(self, command: str = "stats") -> dict[str, Any]:
+        """The process's stats; with `command="flush"` it runs its flush callback first."""
+        self._writer.write(command.encode() + b"\n")
         line = await self._reader.readline()
         if not line:
             raise ConnectionError("the benchmarked process went away")

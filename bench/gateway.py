@@ -1,10 +1,19 @@
-"""The gateway under test: the real `App`, one ONESHOT agent, the fake provider as its provider."""
+"""The gateway under test: the real `App`, one ONESHOT agent, the fake provider as its provider.
+
+Its variants (`GATEWAYS`): "gateway" as configured by default (no exporter,
+the OpenTelemetry API a no-op), "gateway+otel" with the SDK installed and
+"gateway-no-otel" (and "-2", a second process) without instrumentation (see
+bench/otel.py).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bench.protocol import AGENT_KEY, HOST, MODEL
+from bench import otel
+from bench.protocol import AGENT_KEY, GATEWAYS, HOST, MODEL
 from service.app import App
 from service.config import ProviderSettings, Settings
 from service.testing import oneshot_agent, write_agent
@@ -46,7 +55,50 @@ def gateway_settings(provider_url: str, workdir: Path, max_streams: int) -> Sett
     )
 
 
-async def start_gateway(provider_url: str, workdir: Path, max_streams: int) -> App:
-    app = App(gateway_settings(provider_url, workdir, max_streams))
-    await app.start()
-    return app
+@dataclass
+class Gateway:
+    """A started gateway; the SDK it installed, or how many names lost their instrumentation."""
+
+    app: App
+    sdk: otel.Sdk | None = None
+    removed: int = 0
+
+    @property
+    def port(self) -> int:
+        return self.app.grpc.port
+
+    def counters(self) -> dict[str, Any]:
+        """What its telemetry did: spans and metric collections exported, names replaced."""
+        counters: dict[str, Any] = {"otel_names_removed": self.removed}
+        if self.sdk is not None:
+            counters.update(self.sdk.counters())
+        return counters
+
+    def flush(self) -> None:
+        if self.sdk is not None:
+            self.sdk.flush()
+
+    async def stop(self) -> None:
+        try:
+            await self.app.stop()
+        finally:
+            if self.sdk is not None:
+                self.sdk.telemetry.shutdown()
+
+
+async def start_gateway(
+    provider_url: str, workdir: Path, max_streams: int, kind: str = "gateway"
+) -> Gateway:
+    """Start the gateway variant `kind` (one of `GATEWAYS`)."""
+    if kind not in GATEWAYS:
+        raise ValueError(f"not a gateway variant: {kind!r}")
+    settings = gateway_settings(provider_url, workdir, max_streams)
+    installed = None
+    if kind == otel.WITH_SDK:
+        settings = otel.with_sdk(settings)
+        installed = otel.install_sdk(settings)
+    gateway = Gateway(App(settings), installed)
+    await gateway.app.start()
+    if kind in (otel.WITHOUT_INSTRUMENTATION, otel.WITHOUT_INSTRUMENTATION_AGAIN):
+        gateway.removed = otel.remove_instrumentation()
+    return gateway

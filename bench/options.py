@@ -30,6 +30,7 @@ class Sizes:
     load_interval_ms: float = 20.0
     batch: int = 250  # calls opened per burst (at most 500)
     channels: int = 4  # client connections per server
+    rounds: int = 4  # runs of ttfe, latency, bulk, load on each gateway variant, order rotating
 
 
 QUICK = Sizes(
@@ -47,6 +48,7 @@ QUICK = Sizes(
     load_interval_ms=20.0,
     batch=50,
     channels=2,
+    rounds=2,
 )
 
 

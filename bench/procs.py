@@ -31,6 +31,10 @@ class Child:
     async def stats(self) -> dict[str, Any]:
         return await self.control.stats()
 
+    async def flush(self) -> dict[str, Any]:
+        """Have it export what it buffers (telemetry), then its stats."""
+        return await self.control.stats("flush")
+
     async def stop(self) -> None:
         """Close its stdin (it stops cleanly), wait for it; kill it if it hangs."""
         await self.control.aclose()

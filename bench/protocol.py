@@ -20,7 +20,11 @@ from dataclasses import dataclass
 HOST = "127.0.0.1"  # every socket of the benchmark lives on loopback
 AGENT_KEY = "bench"
 MODEL = "bench-model"
-SERVERS = ("bare", "relay", "relay-aiohttp", "gateway")  # the servers under test
+# The gateway as configured by default (no exporter), with the OpenTelemetry SDK installed
+# (discarding exporters), and with its instrumentation short-circuited — twice, in two
+# processes, to see how much two processes of the same server differ (bench/otel.py).
+GATEWAYS = ("gateway", "gateway+otel", "gateway-no-otel", "gateway-no-otel-2")
+SERVERS = ("bare", "relay", "relay-aiohttp", *GATEWAYS)  # the servers under test
 _PREFIX = "bench"
 
 # One OpenAI `chat.completion.chunk` per delta, byte for byte what a provider sends.

@@ -3,7 +3,8 @@
 `build` turns the raw figures of a run into the results document (also written
 as JSON); `markdown` renders it as the tables the README quotes. The targets
 are the issue's: each is judged on the gateway against the minimal relay
-(httpx, the client the gateway uses) measured in the same run.
+(httpx, the client the gateway uses) measured in the same run. The gateway's
+variants with and without instrumentation follow in their own section.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import overhead
 from bench.scenarios import SUSTAINED
 
 RELAY = "relay"
@@ -33,6 +35,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("cpu_us_per_delta_load", "CPU per delta, paced load (µs)", "ratio"),
     Figure("cpu_us_per_delta_light", "CPU per delta, light paced (µs)", "ratio"),
     Figure("cpu_us_per_delta_bulk", "CPU per delta, bulk (µs)", "ratio"),
+    Figure("cpu_us_per_call", "CPU per 1-delta call (µs)", "ratio"),
     Figure("ttfe_p50_ms", "time to first delta p50 (ms)", "added", 2),
     Figure("ttfe_p99_ms", "time to first delta p99 (ms)", "added", 2),
     Figure("latency_p50_us", "per-delta latency p50 (µs)", "added", 0),
@@ -164,10 +167,18 @@ def targets(servers: Servers, comp: Comparisons) -> list[dict[str, Any]]:
 
 
 def build(raw: dict[str, Any]) -> dict[str, Any]:
-    """The results document: run context, figures per server, comparisons, targets."""
+    """The results document: run context, figures per server, comparisons, targets.
+
+    `tracing` compares the gateway's variants (bench/overhead.py).
+    """
     servers: dict[str, dict[str, Any]] = raw["servers"]
     comp = comparisons(servers)
-    return {**raw, "comparisons": comp, "targets": targets(servers, comp)}
+    return {
+        **raw,
+        "comparisons": comp,
+        "targets": targets(servers, comp),
+        "tracing": overhead.build(raw),
+    }
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -210,6 +221,8 @@ def markdown(results: dict[str, Any]) -> str:
         met = "met" if t["met"] else "**not met**"
         lines.append(f"| {t['name']} | {t['goal']} | {measured} | {met} |")
     lines += ["", _context(results)]
+    if any(kind in servers for kind in overhead.VARIANTS if kind != "gateway"):
+        lines += ["", "### Tracing on vs off", "", overhead.markdown(results["tracing"])]
     return "\n".join(lines)
 
 
@@ -240,7 +253,8 @@ def _context(results: dict[str, Any]) -> str:
             f"{light:.2f}× (light paced), {bulk:.2f}× (bulk)."
         )
     loads = ", ".join(
-        f"{_NAMES[k]} {v.get('load_provider_cores', 0):.2f} / {v.get('load_client_cores', 0):.2f}"
+        f"{_NAMES.get(k, k)} {v.get('load_provider_cores', 0):.2f} / "
+        f"{v.get('load_client_cores', 0):.2f}"
         for k, v in servers.items()
     )
     parts.append(f"Provider / load-client CPU (cores) during the paced load: {loads}.")

@@ -136,10 +136,16 @@ async def _settle(provider: Child, connections: int) -> None:
 
 
 async def ttfe(server: Child, provider: Child, target: Target, sizes: Sizes) -> Figures:
-    """Time to first event, one call at a time: call start → first delta, and → any event."""
+    """Time to first event, one call at a time: call start → first delta, and → any event.
+
+    Also the server's CPU per call: each is a run of one delta, so this is
+    where what a run costs besides its deltas weighs most.
+    """
     first_delta: list[float] = []
     first_event: list[float] = []
     errors = 0
+    meter = Meter(server, provider)
+    await meter.start()
     for _ in range(sizes.ttfe_calls):
         result = await run_stream(target, StreamSpec(1))
         if result.error or not result.arrivals:
@@ -147,7 +153,9 @@ async def ttfe(server: Child, provider: Child, target: Target, sizes: Sizes) -> 
             continue
         first_delta.append((result.arrivals[0][0] - result.started_ns) / 1e6)
         first_event.append((result.first_event_ns - result.started_ns) / 1e6)
+    usage = await meter.stop()
     return {
+        "cpu_us_per_call": usage.server_ns / 1e3 / sizes.ttfe_calls if sizes.ttfe_calls else 0.0,
         "ttfe_p50_ms": percentile(first_delta, 50),
         "ttfe_p99_ms": percentile(first_delta, 99),
         "first_event_p50_ms": percentile(first_event, 50),
@@ -232,6 +240,10 @@ def _delivery_span_s(results: list[StreamResult]) -> float:
     last = max(a[-1][0] for a in arrivals)
     return (last - first) / 1e9
 
+
+# The scenarios measuring CPU and time to first delta, repeated to compare the gateway's
+# variants closely (and to see how much the figures vary from one run to the next).
+REPEATED = ("ttfe", "latency", "bulk", "load")
 
 SCENARIOS = {
     "warmup": warmup,

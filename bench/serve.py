@@ -3,8 +3,11 @@
 Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
 until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
-`AGW_BENCH_UVLOOP=1` runs the gateway on uvloop's event loop (`all`: every
-process); uvloop is not a dependency, install it to use this.
+`AGW_BENCH_UVLOOP=1` runs the gateway (each variant) on uvloop's event loop
+(`all`: every process); uvloop is not a dependency, install it to use this.
+The gateway's variants with the OpenTelemetry SDK and without instrumentation
+(`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
+bench/otel.py.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from bench.baseline import bare_query, start_grpc
 from bench.control import ControlServer, announce, wait_for_stop
 from bench.gateway import start_gateway
-from bench.protocol import SERVERS
+from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
 from bench.relay import AiohttpRelay, HttpxRelay
 
@@ -43,14 +46,15 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
             "disconnects": provider.disconnects,
         }
         port, stop = provider.port, provider.stop
-    elif kind == "gateway":
+    elif kind in GATEWAYS:
         workdir = Path(tempfile.mkdtemp(prefix="agw-bench-"))
-        app = await start_gateway(args.provider_url, workdir, args.max_streams)
-        port = app.grpc.port
+        gateway = await start_gateway(args.provider_url, workdir, args.max_streams, kind)
+        port = gateway.port
+        control.extra, control.flush = gateway.counters, gateway.flush
 
         async def stop() -> None:
             try:
-                await app.stop()
+                await gateway.stop()
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
 
@@ -86,7 +90,7 @@ async def serve(kind: str, args: argparse.Namespace) -> None:
 def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop when `AGW_BENCH_UVLOOP` asks for it for `kind`, else None (asyncio's)."""
     wanted = os.environ.get("AGW_BENCH_UVLOOP", "")
-    if wanted == "all" or (wanted == "1" and kind == "gateway"):
+    if wanted == "all" or (wanted == "1" and kind in GATEWAYS):
         factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(
             "uvloop"
         ).new_event_loop

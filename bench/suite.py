@@ -1,10 +1,18 @@
 """One benchmark run: start the provider and the servers, run every scenario, collect figures.
 
 All processes run at once: the fake provider, each server under test (bare
-baseline, relays, gateway) and this process as the load client. Scenarios run
-one after the other; each goes through every server before the next scenario
-starts, so that the figures compared with each other are measured minutes —
-not hours — apart on a machine that others share.
+baseline, relays, the gateway's variants) and this process as the load client.
+Scenarios run one after the other; each goes through every server before the
+next scenario starts, so that the figures compared with each other are
+measured minutes — not hours — apart on a machine that others share.
+
+The gateway's variants are then compared more closely: the scenarios measuring
+CPU and time to first delta (`REPEATED`) run again on each of them, `rounds`
+times in all, the variants' order rotating from one round to the next (each
+scenario still runs on every variant before the next scenario starts, so that
+the figures compared are seconds apart); `rounds[kind]` holds the figures of
+each round (the first one is the main pass), and `telemetry[kind]` what its
+telemetry did in the whole run (spans and metric collections exported).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Any
 from bench.load import Target
 from bench.options import Options
 from bench.procs import Child, spawn
-from bench.scenarios import SCENARIOS, Figures
+from bench.protocol import GATEWAYS
+from bench.scenarios import REPEATED, SCENARIOS, Figures
 
 
 def _loadavg() -> list[float]:
@@ -33,7 +42,8 @@ def _expected_s(options: Options) -> float:
     """A generous bound on a whole run, from the sizes (the run fails beyond it)."""
     s = options.sizes
     paced = (s.load_deltas * s.load_interval_ms + s.latency_deltas * s.latency_interval_ms) / 1e3
-    return (paced + 60.0) * 3 * len(options.servers) + 120.0
+    repeated = (paced + 60.0) * (s.rounds - 1)
+    return (paced + 60.0) * 3 * len(options.servers) + repeated * len(GATEWAYS) + 120.0
 
 
 async def run_suite(options: Options) -> dict[str, Any]:
@@ -82,13 +92,34 @@ async def run_suite(options: Options) -> dict[str, Any]:
             targets[kind] = Target(kind, child.port, options.sizes.channels)
             stack.push_async_callback(targets[kind].close)
         figures: dict[str, Figures] = {kind: {} for kind in servers}
+        variants = [kind for kind in servers if kind in GATEWAYS]
+        rounds: dict[str, list[Figures]] = {kind: [{}] for kind in variants}
         for name, scenario in SCENARIOS.items():
             for kind, child in servers.items():
                 _progress(f"{name:<7} {kind}")
-                figures[kind].update(await scenario(child, provider, targets[kind], options.sizes))
+                measured = await scenario(child, provider, targets[kind], options.sizes)
+                figures[kind].update(measured)
+                if kind in rounds and name in REPEATED:
+                    rounds[kind][0].update(measured)
+        for number in range(1, options.sizes.rounds if len(variants) > 1 else 1):
+            order = variants[number % len(variants) :] + variants[: number % len(variants)]
+            for kind in order:
+                rounds[kind].append({})
+            for name in REPEATED:
+                for kind in order:
+                    _progress(f"{name:<7} {kind} (round {number + 1})")
+                    rounds[kind][number].update(
+                        await SCENARIOS[name](servers[kind], provider, targets[kind], options.sizes)
+                    )
+        telemetry = {kind: _telemetry(await servers[kind].flush()) for kind in variants}
     meta["loadavg_after"] = _loadavg()
     meta["duration_s"] = round(time.time() - started, 1)
-    return {"meta": meta, "servers": figures}
+    return {"meta": meta, "servers": figures, "rounds": rounds, "telemetry": telemetry}
+
+
+def _telemetry(stats: dict[str, Any]) -> dict[str, Any]:
+    """A gateway variant's telemetry counters (spans exported...), its buffers flushed first."""
+    return {key: value for key, value in stats.items() if key.startswith("otel_")}
 
 
 def _profile(options: Options, kind: str) -> list[str]:
