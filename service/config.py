@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
     disconnect_policy: Literal["continue", "cancel"] = "continue"
     unwatched_run_ttl_s: float = 600.0  # a run nobody follows is cancelled after this long
-    run_retention_s: float = 300.0  # ended runs stay in memory for re-attach this long
+    run_retention_s: float = 60.0  # ended runs stay in memory for re-attach this long
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024
     upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model

@@ -74,7 +74,7 @@ class RuntimeOptions:
     memory_runs: int = 20
     multitask_strategy: Strategy = "reject"
     unwatched_run_ttl_s: float = 600.0
-    retention_s: float = 300.0
+    retention_s: float = 60.0
     image_input: Any = None  # callable(provider key) -> bool; None: never
     inline_text_bytes: int = 32 * 1024
     middlewares: tuple[object, ...] = ()
