@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-from watchfiles import Change, awatch
 
 from service.core.agents import (
     SCHEMA_FILE_NAME,
@@ -30,6 +27,7 @@ from service.core.agents import (
     load_agent_file,
 )
 from service.core.errors import AgentNotFound
+from service.core.watch import watch_files
 
 log = logging.getLogger(__name__)
 
@@ -118,50 +116,22 @@ class AgentRegistry:
         step_ms: int = 50,
         poll_delay_ms: int = 300,
     ) -> None:
-        """Reload changed files until `stop_event` is set (or the task is cancelled).
-
-        Changes are grouped until none arrives for `step_ms` (at most `debounce_ms`).
-        Once the watch is in place the directory is rescanned, so nothing changed
-        between `load_all()` and the start of `watch()` is missed. `force_polling`
-        (for file systems without change notification) compares modification times,
-        so it can miss a second write within one clock tick of the file system.
-        """
+        """Reload changed agent files until `stop_event` is set (see `watch_files`)."""
 
         if not self.directory.is_dir():
             log.error("agents directory %s does not exist: not watching it", self.directory)
             return
-
-        def relevant(change: Change, path: str) -> bool:
-            return is_agent_file(Path(path))
-
-        changes = awatch(
+        await watch_files(
             self.directory,
-            watch_filter=relevant,
-            debounce=debounce_ms,
-            step=step_ms,
-            stop_event=stop_event,
+            stop_event,
+            relevant=is_agent_file,
+            load_all=self.load_all,
+            refresh=self._refresh,
             force_polling=force_polling,
+            debounce_ms=debounce_ms,
+            step_ms=step_ms,
             poll_delay_ms=poll_delay_ms,
-            recursive=False,
         )
-        # The first step of `first` sets the OS watch up before it suspends, so after one
-        # yield to the loop the catch-up scan cannot miss a change.
-        first = asyncio.ensure_future(anext(changes))
-        try:
-            await asyncio.sleep(0)
-            self.load_all()
-            batch = await first
-            while True:
-                self._refresh({Path(path).name for _, path in batch})
-                batch = await anext(changes)
-        except StopAsyncIteration:
-            pass
-        finally:
-            if not first.done():
-                first.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await first
-            await changes.aclose()
 
     def _refresh(self, names: Iterable[str]) -> RegistryChange | None:
         """Reload the named files and swap the new state in at once."""

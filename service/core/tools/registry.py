@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
-
-from watchfiles import Change, awatch
 
 from service.core.agents import ResolvedStage, ToolPolicy
 from service.core.tools.definitions import (
@@ -36,6 +33,7 @@ from service.core.tools.definitions import (
     load_tool_file,
 )
 from service.core.tools.planning import PLANNING_DEFINITIONS
+from service.core.watch import watch_files
 
 log = logging.getLogger(__name__)
 
@@ -232,35 +230,17 @@ class ToolRegistry:
             log.error("tools directory %s does not exist: not watching it", directory)
             return
 
-        def relevant(change: Change, path: str) -> bool:
-            return is_tool_file(Path(path))
-
-        changes = awatch(
+        await watch_files(
             directory,
-            watch_filter=relevant,
-            debounce=debounce_ms,
-            step=step_ms,
-            stop_event=stop_event,
+            stop_event,
+            relevant=is_tool_file,
+            load_all=self.load_all,
+            refresh=self._refresh,
             force_polling=force_polling,
+            debounce_ms=debounce_ms,
+            step_ms=step_ms,
             poll_delay_ms=poll_delay_ms,
-            recursive=False,
         )
-        first = asyncio.ensure_future(anext(changes))  # sets the OS watch up, then a catch-up scan
-        try:
-            await asyncio.sleep(0)
-            self.load_all()
-            batch = await first
-            while True:
-                self._refresh({Path(path).name for _, path in batch})
-                batch = await anext(changes)
-        except StopAsyncIteration:
-            pass
-        finally:
-            if not first.done():
-                first.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await first
-            await changes.aclose()
 
     def _refresh(self, names: Iterable[str]) -> ToolsChange | None:
         directory = self.directory
