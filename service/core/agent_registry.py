@@ -17,7 +17,6 @@ import asyncio
 import builtins
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from service.core.agents import (
@@ -27,21 +26,13 @@ from service.core.agents import (
     load_agent_file,
 )
 from service.core.errors import AgentNotFound
-from service.core.watch import watch_files
+from service.core.watch import DirectoryChange, watch_files
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class RegistryChange:
-    """What one effective change did: agent keys added/updated/removed, files failed/fixed."""
-
-    version: int
-    added: tuple[str, ...] = ()
-    updated: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    failed: tuple[str, ...] = ()
-    cleared: tuple[str, ...] = ()
+#: What one effective change did: agent keys added/updated/removed, files failed/fixed.
+RegistryChange = DirectoryChange
 
 
 def is_agent_file(path: Path) -> bool:

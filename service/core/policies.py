@@ -24,7 +24,7 @@ from service.core import events
 from service.core.agents import AgentDefinition, Budget, ResolvedStage
 from service.core.errors import BudgetExhausted
 from service.core.model import Reasoning, ToolChoice, Usage
-from service.core.observe import ModelCallObserver
+from service.core.observe import ModelCallObserver, add_usage
 from service.core.turn import TurnResult, new_msg_id, stream_turn
 
 if TYPE_CHECKING:
@@ -116,18 +116,6 @@ class RunPolicies:
     def usage(self) -> Usage | None:
         """Token usage of the run's model calls so far (None when no provider reported any)."""
         return self._usage
-
-
-def add_usage(total: Usage | None, more: Usage) -> Usage:
-    if total is None:
-        return more
-    return Usage(
-        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
-        completion_tokens=total.completion_tokens + more.completion_tokens,
-        total_tokens=total.total_tokens + more.total_tokens,
-        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
-        cached_tokens=total.cached_tokens + more.cached_tokens,
-    )
 
 
 async def second_pass(

@@ -5,9 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from watchfiles import Change, awatch
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryChange:
+    """What one effective reload did: names added/updated/removed, files failed/fixed."""
+
+    version: int
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    cleared: tuple[str, ...] = ()
 
 
 async def watch_files(

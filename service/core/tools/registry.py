@@ -33,7 +33,7 @@ from service.core.tools.definitions import (
     load_tool_file,
 )
 from service.core.tools.planning import PLANNING_DEFINITIONS
-from service.core.watch import watch_files
+from service.core.watch import DirectoryChange, watch_files
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +95,8 @@ class StageTools:
         return f"{base.rstrip()}\n\n{HINTS_HEADING}\n" + "\n".join(hints)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolsChange:
-    """One effective change: tools added/updated/removed, files failed/fixed."""
-
-    version: int
-    added: tuple[str, ...] = ()
-    updated: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    failed: tuple[str, ...] = ()
-    cleared: tuple[str, ...] = ()
+#: One effective change: tools added/updated/removed, files failed/fixed.
+ToolsChange = DirectoryChange
 
 
 def is_tool_file(path: Path) -> bool:
