@@ -1,4 +1,4 @@
-"""Assembly: settings → providers, agents, runtime, gRPC server; start and stop in order."""
+"""Assembly: settings → providers, agents, state, the front door, servers; start and stop."""
 
 from __future__ import annotations
 
@@ -6,19 +6,16 @@ import asyncio
 import contextlib
 import logging
 
-from agw.v1 import gateway_pb2 as gw
-
+from service import state
 from service.config import ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
-from service.core.archive import RunArchive
-from service.core.jsonl_store import JsonlChatStore
+from service.core.commands import DebugLevel
+from service.core.frontdoor import FrontDoor, FrontDoorOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
 from service.core.observe import Price, Pricing
-from service.core.runtime import Runtime, RuntimeOptions
 from service.core.tools.registry import ToolRegistry
 from service.core.uploads import UploadStore
-from service.core.waits import Waits
 from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
@@ -28,13 +25,6 @@ from service.tools.builtin import builtin_tools
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")
-
-DEBUG_LEVELS = {
-    "off": gw.DEBUG_LEVEL_OFF,
-    "basic": gw.DEBUG_LEVEL_BASIC,
-    "standard": gw.DEBUG_LEVEL_STANDARD,
-    "full": gw.DEBUG_LEVEL_FULL,
-}
 
 
 def pricing(settings: Settings) -> Pricing:
@@ -58,23 +48,30 @@ class App:
         self.settings = settings
         self.providers = ProviderRegistry(settings)
         self.agents = AgentRegistry(settings.agents_dir)
-        self.store = JsonlChatStore(settings.chats_path, fsync=settings.chat_fsync)
         self.tools = ToolRegistry(
             settings.tools_dir,
             builtin=builtin_tools(settings),
             default_timeout_s=settings.tool_timeout_s,
         )
-        self.waits = Waits(
-            timeout_s=settings.frontend_wait_timeout_s,
-            payload_limit_bytes=settings.submit_payload_limit_bytes,
+        options = state.StateOptions(
+            chats_dir=settings.chats_path,
+            runs_dir=settings.runs_path,
+            chat_fsync=settings.chat_fsync,
+            run_log_ttl_s=settings.run_archive_ttl_s,
+            wait_timeout_s=settings.frontend_wait_timeout_s,
+            submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
         )
-        self.runtime = Runtime(
+        self.chats = state.CHAT_STORES[settings.chat_store](options)
+        self.bus = state.RUN_BUSES[settings.run_bus](options)
+        self.frontdoor = FrontDoor(
             self.agents,
             self.providers,
-            self.store,
-            RunArchive(settings.runs_path, settings.run_archive_ttl_s),
-            UploadStore(settings.uploads_path, settings.upload_max_bytes),
-            RuntimeOptions(
+            chats=self.chats,
+            run_log=state.RUN_LOGS[settings.run_log](options),
+            bus=self.bus,
+            uploads=UploadStore(settings.uploads_path, settings.upload_max_bytes),
+            tools=self.tools,
+            options=FrontDoorOptions(
                 max_active_runs=settings.max_concurrent_runs,
                 memory_runs=settings.memory_runs,
                 context_max_tokens=settings.context_max_tokens,
@@ -84,15 +81,13 @@ class App:
                 image_input=self._image_input,
                 inline_text_bytes=settings.upload_inline_text_bytes,
                 middlewares=tuple(load_middlewares(settings.middlewares, settings)),
-                debug_level=DEBUG_LEVELS[settings.debug_level],
+                debug_level=DebugLevel[settings.debug_level.upper()],
                 pricing=pricing(settings) if settings.prices else None,
                 currency=settings.currency,
             ),
-            tools=self.tools,
-            waits=self.waits,
         )
         self.grpc = GrpcServer(
-            self.runtime,
+            self.frontdoor,
             settings.grpc_address,
             keepalive_time_s=settings.keepalive_time_s,
             cancel_on_disconnect=settings.disconnect_policy == "cancel",
@@ -108,8 +103,7 @@ class App:
         return configured.image_input if configured is not None else provider == DEMO_KEY
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.store.load_index)
-        await asyncio.to_thread(self.runtime.archive.prune)
+        await self.frontdoor.open()
         if not self.settings.providers:
             await self._start_demo_provider()
         self.agents.load_all()

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     runs_dir: Path | None = None  # default: {data_dir}/runs (event logs of ended runs)
     uploads_dir: Path | None = None  # default: {data_dir}/uploads
     chat_fsync: Literal["run", "always", "never"] = "run"
+    # State backends by name (service/state/__init__.py): where chats, ended runs' event
+    # logs and live runs are kept.
+    chat_store: Literal["jsonl", "memory"] = "jsonl"
+    run_log: Literal["files", "memory"] = "files"
+    run_bus: Literal["local"] = "local"
     memory_runs: int = 20  # the last k runs of a chat are given to the model
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"

@@ -1,19 +1,27 @@
 """Event constructors and the event-name table.
 
 The core speaks the contract's own vocabulary: events are `agw.v1.Event`
-messages. Constructors here build the payload; `Run.emit` fills the envelope
-(seq, type, timestamp, ids). The dotted `type` of an event is derived from its
-oneof field name by one rule — the first underscore becomes a dot
-(`content_delta` → `content.delta`) — so the table cannot drift from the proto.
+messages. Constructors here build the payload; `EventLog.emit` fills the
+envelope (seq, type, timestamp, ids). With `history.py`, this is the only core
+module that imports generated code: the rest of the core builds events through
+these functions (`make` for the variants without a dedicated one).
+
+The dotted `type` of an event is derived from its oneof field name by one
+rule — the first underscore becomes a dot (`content_delta` → `content.delta`) —
+so the table cannot drift from the proto.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format, struct_pb2
+
+if TYPE_CHECKING:
+    from service.core.commands import QueryCommand
 
 Event = pb.Event
 
@@ -35,6 +43,61 @@ BLOCK_ENDS: dict[str, str] = {end: id_field for end, id_field in BLOCKS.values()
 
 TERMINALS = frozenset({"run_complete", "run_error", "run_cancel"})
 
+#: oneof field name → its payload message class.
+_PAYLOADS: dict[str, Any] = {
+    f.name: getattr(pb, f.message_type.name)
+    for f in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+    if f.message_type is not None
+}
+
+#: A plan task's status (the core's words) → the contract's enum value.
+TASK_STATUS = {
+    "init": pb.TASK_STATUS_INIT,
+    "in_progress": pb.TASK_STATUS_IN_PROGRESS,
+    "completed": pb.TASK_STATUS_COMPLETED,
+    "failed": pb.TASK_STATUS_FAILED,
+    "canceled": pb.TASK_STATUS_CANCELED,
+}
+
+
+def make(field: str, *, task_id: str = "", **fields: Any) -> Event:
+    """An event of the variant named by its oneof `field` (e.g. "permission_ask")."""
+    return Event(task_id=task_id, **{field: _PAYLOADS[field](**fields)})
+
+
+def to_dict(message: Any) -> dict[str, Any]:
+    """A message (an event or a payload) as JSON data with the contract's camelCase names."""
+    data: dict[str, Any] = json_format.MessageToDict(message)
+    return data
+
+
+def from_value(value: struct_pb2.Value) -> Any:
+    """A `google.protobuf.Value` as plain JSON data."""
+    return json_format.MessageToDict(value)
+
+
+def usage(value: Any) -> pb.Usage | None:
+    """A `model.Usage` as the contract's `Usage` (None stays None)."""
+    if value is None:
+        return None
+    return pb.Usage(
+        prompt_tokens=value.prompt_tokens,
+        completion_tokens=value.completion_tokens,
+        total_tokens=value.total_tokens,
+        reasoning_tokens=value.reasoning_tokens,
+        cached_tokens=value.cached_tokens,
+    )
+
+
+def plan(tasks: list[tuple[str, str, str]]) -> pb.Plan:
+    """A plan of (task id, description, status) tasks."""
+    return pb.Plan(
+        tasks=[
+            pb.Task(task_id=task_id, description=description, status=TASK_STATUS[status])
+            for task_id, description, status in tasks
+        ],
+    )
+
 
 def to_value(value: Any) -> struct_pb2.Value:
     """A JSON-compatible Python value as a `google.protobuf.Value`."""
@@ -54,10 +117,18 @@ def to_struct(value: dict[str, Any] | None) -> struct_pb2.Struct | None:
 # Input and chat ---------------------------------------------------------------
 
 
-def request_query(request_id: str, role: str, message: str, agent_key: str, **extra: Any) -> Event:
+def request_query(command: QueryCommand, request_id: str) -> Event:
+    """The `request.query` event of a query, as the run's first event."""
     return Event(
         request_query=pb.RequestQuery(
-            request_id=request_id, role=role, message=message, agent_key=agent_key, **extra
+            request_id=request_id,
+            role=command.role or "user",
+            message=command.message,
+            agent_key=command.agent_key,
+            references=[pb.Reference(**asdict(r)) for r in command.references],
+            params=to_struct(command.params),
+            scene=to_struct(command.scene),
+            stream=command.stream,
         )
     )
 
@@ -66,12 +137,10 @@ def chat_start(chat_name: str) -> Event:
     return Event(chat_start=pb.ChatStart(chat_name=chat_name))
 
 
-def request_submit(
-    request_id: str, tool_id: str, payload: struct_pb2.Value, *, view_id: str = ""
-) -> Event:
+def request_submit(request_id: str, tool_id: str, payload: Any, *, view_id: str = "") -> Event:
     return Event(
         request_submit=pb.RequestSubmit(
-            request_id=request_id, tool_id=tool_id, payload=payload, view_id=view_id
+            request_id=request_id, tool_id=tool_id, payload=to_value(payload), view_id=view_id
         )
     )
 

@@ -15,14 +15,16 @@ terminal event are kept; live-only events (heartbeats, debug, usage,
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format
 
 from service.core import events
-from service.core.chats import Record, chat_name_of
 from service.core.events import EVENT_TYPES, Event
+from service.core.ids import chat_name_of
+from service.core.ports import Record
 
 #: Live-only events, absent from history.
 DROPPED = frozenset(
@@ -43,7 +45,7 @@ FROM_MESSAGES = frozenset(
 FROM_RUN = frozenset({"request_query", "chat_start", "run_start", *events.TERMINALS})
 
 
-def snapshot_form(live: list[Event]) -> list[Event]:
+def snapshot_form(live: Sequence[Event]) -> list[Event]:
     """Collapse a run's live events into history events (seq left 0, timestamps of the starts)."""
     out: list[Event] = []
     blocks: dict[str, tuple[Event, list[str]]] = {}  # block id -> (snapshot event, text parts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.chats import Record
+from service.core.ports import Record
 
 Message = dict[str, Any]
 

@@ -25,7 +25,7 @@ from service.core.errors import InvalidRequest
 from service.core.events import Event
 
 if TYPE_CHECKING:
-    from service.core.run import Run
+    from service.core.runstate import RunState as Run
 
 
 @runtime_checkable

@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agw.v1 import events_pb2 as pb
-from agw.v1 import gateway_pb2 as gw
 from opentelemetry import trace
 
-from service.core import instruments
+from service.core import events, instruments
+from service.core.commands import DebugLevel
+from service.core.eventlog import Emitter
 from service.core.masking import mask
 from service.core.model import ModelRequest, Usage
-from service.core.run import Run
+from service.core.runstate import Pricing, RunState
 
 TRUNCATE = 2000  # characters of input/output in debug events below level full
 
-#: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
-Pricing = Callable[[str, Usage], float | None]
+__all__ = ["ModelCallObserver", "Price", "Pricing", "add_usage", "observe_tool"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +61,6 @@ def add_usage(total: Usage | None, more: Usage) -> Usage:
     )
 
 
-def usage_message(usage: Usage | None) -> pb.Usage | None:
-    if usage is None:
-        return None
-    return pb.Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        cached_tokens=usage.cached_tokens,
-    )
-
-
 def _clip(text: str, full: bool) -> str:
     return text if full or len(text) <= TRUNCATE else text[:TRUNCATE] + "…"
 
@@ -82,11 +68,14 @@ def _clip(text: str, full: bool) -> str:
 class ModelCallObserver:
     """Reports one model call; `end` is called once, also on failure."""
 
-    def __init__(self, run: Run, request: ModelRequest) -> None:
+    def __init__(self, run: RunState, out: Emitter, request: ModelRequest) -> None:
         self.run = run
+        self.out = out
         self.request = request
-        run.model_calls += 1
-        self.call_id = f"{run.run_id}_m_{run.model_calls}"
+        accounting = run.accounting
+        accounting.model_calls += 1
+        self.call_number = accounting.model_calls
+        self.call_id = f"{run.run_id}_m_{accounting.model_calls}"
         self.started = time.monotonic()
         self.attributes = {
             "gen_ai.operation.name": "chat",
@@ -106,18 +95,17 @@ class ModelCallObserver:
             if instruments.tracing()
             else trace.INVALID_SPAN
         )
-        if run.debug_level >= gw.DEBUG_LEVEL_STANDARD:
-            full = run.debug_level >= gw.DEBUG_LEVEL_FULL
+        if run.debug_level >= DebugLevel.STANDARD:
+            full = run.debug_level >= DebugLevel.FULL
             text = json.dumps(mask(request.messages), ensure_ascii=False, default=str)
-            run.emit(
-                pb.Event(
-                    model_start=pb.ModelStart(
-                        call_id=self.call_id,
-                        provider=request.provider,
-                        model=request.model,
-                        stage=request.stage,
-                        input=_clip(text, full),
-                    )
+            out.emit(
+                events.make(
+                    "model_start",
+                    call_id=self.call_id,
+                    provider=request.provider,
+                    model=request.model,
+                    stage=request.stage,
+                    input=_clip(text, full),
                 )
             )
 
@@ -136,7 +124,7 @@ class ModelCallObserver:
         instruments.operation_duration.record(duration, failed or self.attributes)
         if first_delta_ms is not None:
             instruments.time_to_first_token.record(first_delta_ms / 1000, self.attributes)
-            if run.model_calls == 1:
+            if self.call_number == 1:
                 since_run_start = self.started - run.started_at + first_delta_ms / 1000
                 instruments.time_to_first_delta.record(
                     since_run_start, {"agw.agent": run.agent_key}
@@ -159,52 +147,56 @@ class ModelCallObserver:
         span.end()
         if run.done:
             return
-        if run.debug_level >= gw.DEBUG_LEVEL_STANDARD:
-            full = run.debug_level >= gw.DEBUG_LEVEL_FULL
+        if run.debug_level >= DebugLevel.STANDARD:
+            full = run.debug_level >= DebugLevel.FULL
             reason = finish_reason or ("error" if error else "")
-            run.emit(
-                pb.Event(
-                    model_end=pb.ModelEnd(
-                        call_id=self.call_id,
-                        finish_reason=reason,
-                        first_token_ms=round(first_delta_ms or 0),
-                        duration_ms=round(duration * 1000),
-                        usage=usage_message(usage),
-                        output=_clip(json.dumps(mask(output), ensure_ascii=False), full)
-                        if not isinstance(output, str)
-                        else _clip(output, full),
-                    )
+            self.out.emit(
+                events.make(
+                    "model_end",
+                    call_id=self.call_id,
+                    finish_reason=reason,
+                    first_token_ms=round(first_delta_ms or 0),
+                    duration_ms=round(duration * 1000),
+                    usage=events.usage(usage),
+                    output=_clip(json.dumps(mask(output), ensure_ascii=False), full)
+                    if not isinstance(output, str)
+                    else _clip(output, full),
                 )
             )
         if usage is not None:
             self._report_usage(usage)
 
     def _report_usage(self, usage: Usage) -> None:
-        run = self.run
-        run.usage = add_usage(run.usage, usage)
-        cost = run.pricing(self.request.model, usage) if run.pricing else None
+        accounting = self.run.accounting
+        accounting.usage = add_usage(accounting.usage, usage)
+        cost = accounting.pricing(self.request.model, usage) if accounting.pricing else None
         if cost is not None:
-            run.cost += cost
+            accounting.cost += cost
             self.span.set_attribute("agw.cost", cost)
-        elif run.debug_level < gw.DEBUG_LEVEL_BASIC:
+        elif self.run.debug_level < DebugLevel.BASIC:
             return  # usage.update comes with cost tracking or from debug level basic
-        run.emit(
-            pb.Event(
-                usage_update=pb.UsageUpdate(
-                    call_id=self.call_id,
-                    model=self.request.model,
-                    call_usage=usage_message(usage),
-                    run_usage=usage_message(run.usage),
-                    call_cost=cost or 0.0,
-                    run_cost=run.cost,
-                    currency=run.currency,
-                )
+        self.out.emit(
+            events.make(
+                "usage_update",
+                call_id=self.call_id,
+                model=self.request.model,
+                call_usage=events.usage(usage),
+                run_usage=events.usage(accounting.usage),
+                call_cost=cost or 0.0,
+                run_cost=accounting.cost,
+                currency=accounting.currency,
             )
         )
 
 
 def observe_tool(
-    run: Run, tool_id: str, name: str, kind: str, duration_ms: float, error: bool
+    run: RunState,
+    out: Emitter,
+    tool_id: str,
+    name: str,
+    kind: str,
+    duration_ms: float,
+    error: bool,
 ) -> None:
     """Metrics and the `tool.timing` event of a finished tool call."""
     labels: dict[str, Any] = {"gen_ai.tool.name": name, "agw.tool.kind": kind}
@@ -212,11 +204,9 @@ def observe_tool(
         labels["error.type"] = "tool_error"
         instruments.tool_errors.add(1, {"gen_ai.tool.name": name})
     instruments.tool_duration.record(duration_ms / 1000, labels)
-    if run.debug_level >= gw.DEBUG_LEVEL_BASIC and not run.done:
-        run.emit(
-            pb.Event(
-                tool_timing=pb.ToolTiming(
-                    tool_id=tool_id, tool_name=name, duration_ms=round(duration_ms)
-                )
+    if run.debug_level >= DebugLevel.BASIC and not run.done:
+        out.emit(
+            events.make(
+                "tool_timing", tool_id=tool_id, tool_name=name, duration_ms=round(duration_ms)
             )
         )

@@ -126,7 +126,7 @@ async def second_pass(
     ctx.policies.budgets.use_model_call()
     client, request = ctx.model_call(stage, check)
     turn = await stream_turn(
-        ctx.run, ctx.ids, client, request, emit_reasoning=ctx.policies.stream_reasoning
+        ctx.run, ctx.out, ctx.ids, client, request, emit_reasoning=ctx.policies.stream_reasoning
     )
     ctx.policies.record(turn)
     return turn
@@ -144,9 +144,9 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
         {"role": "user", "content": text},
     ]
     client, request = ctx.model_call(stage, messages, reasoning=Reasoning(enabled=False))
-    run = ctx.run
-    result = TurnResult(msg_id=new_msg_id())
-    observer = ModelCallObserver(run, request)
+    run, out = ctx.run, ctx.out
+    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id)
+    observer = ModelCallObserver(run, out, request)
     pieces: list[str] = []
     error: BaseException | None = None
     try:
@@ -156,15 +156,15 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
                 if piece:
                     if not result.reasoning_id:
                         result.reasoning_id = ctx.ids.next_reasoning()
-                        run.emit(events.reasoning_start(result.reasoning_id))
+                        out.emit(events.reasoning_start(result.reasoning_id))
                     pieces.append(piece)
-                    run.emit(events.reasoning_delta(result.reasoning_id, piece))
+                    out.emit(events.reasoning_delta(result.reasoning_id, piece))
                 if delta.usage is not None:
                     result.usage = delta.usage
                 if delta.finish_reason:
                     result.finish_reason = delta.finish_reason
         if result.reasoning_id:
-            run.emit(events.reasoning_end(result.reasoning_id))
+            out.emit(events.reasoning_end(result.reasoning_id))
     except BaseException as exc:
         error = exc
         raise
@@ -177,6 +177,5 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
             output=result.reasoning,
             error=error,
         )
-        if run.on_turn is not None:  # the summary is part of the chat's history
-            run.on_turn(request, result)
+        run.turn_finished(request, result)  # the summary is part of the chat's history
     policies.add_usage(result.usage)

@@ -1,7 +1,8 @@
 """Writes a run into its chat as it goes: one query record, then one step per model turn.
 
-The recorder observes the run — every finished model turn (`Run.on_turn`) and
-every emitted event (`Run.observers`) — so no mode has to know about storage.
+The recorder observes the run like any observer — every finished model turn
+(`RunState.observe_turns`) and every emitted event (`EventLog.observe`) — so no
+mode has to know about storage.
 A step is the turn's messages (the user message on the run's first step,
 reasoning, content, one assistant message per tool call sharing `_msgId`) and
 the results of its tool calls. A step is complete once every call has its
@@ -21,13 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import json_format
-
-from service.core.chats import ChatStore, Record
+from service.core import events
 from service.core.events import Event
 from service.core.history import FROM_MESSAGES, FROM_RUN, event_to_json, snapshot_form
 from service.core.model import ModelRequest
-from service.core.run import Run
+from service.core.ports import ChatStore, Record
+from service.core.runstate import RunState
 from service.core.turn import TurnResult
 
 log = logging.getLogger("agw.store")
@@ -54,7 +54,12 @@ class ChatRecorder:
     """Records one run into the chat store."""
 
     def __init__(
-        self, store: ChatStore, run: Run, query: Record, user_message: Record, first_stage: str
+        self,
+        store: ChatStore,
+        run: RunState,
+        query: Record,
+        user_message: Record,
+        first_stage: str,
     ) -> None:
         self.store = store
         self.run = run
@@ -88,8 +93,8 @@ class ChatRecorder:
                 }
             ]
         )
-        run.on_turn = self._on_turn
-        run.observers.append(self._on_event)
+        run.observe_turns(self._on_turn)
+        run.log.observe(self._on_event)
 
     async def closed(self) -> None:
         """Wait until everything of the run is written and synced."""
@@ -111,8 +116,8 @@ class ChatRecorder:
             "runId": self.run.run_id,
             "_stage": request.stage,
         }
-        if self.run.task_id:
-            record["taskId"] = self.run.task_id
+        if result.task_id:
+            record["taskId"] = result.task_id
         if self._system is None or (request.stage != self._stage and system != self._system):
             record["system"] = system
         self._system, self._stage = system, request.stage
@@ -205,7 +210,7 @@ class ChatRecorder:
             self._add_result(event, field_name)
         elif field_name in ("plan_create", "plan_update"):
             payload = event.plan_create if field_name == "plan_create" else event.plan_update
-            self._plan = {"planId": payload.plan_id, **json_format.MessageToDict(payload.plan)}
+            self._plan = {"planId": payload.plan_id, **events.to_dict(payload.plan)}
         elif field_name in ("run_complete", "run_error", "run_cancel"):
             self._finish(event)
 
@@ -217,7 +222,7 @@ class ChatRecorder:
             tool_id, result = event.action_result.action_id, event.action_result.result
         if step is None or tool_id not in step.waiting:
             return
-        value: Any = json_format.MessageToDict(result)
+        value: Any = events.from_value(result)
         is_json = not isinstance(value, str)
         calls = {
             m.get("_toolId") or m.get("_actionId"): m

@@ -1,5 +1,9 @@
 """Executes one run: resolves each stage's model, runs the mode, ends the run.
 
+A mode is a coroutine of a `RunContext`: the run's state, the emitter of the
+scope it works in (the run, or one plan task: `ctx.for_task(task_id)`), the
+agent, the query, and the ports it may use (models, tools, the run bus).
+
 The runner owns the run's lifecycle. Whatever the mode does, the run ends with
 exactly one terminal event: `run.complete` when the mode returns, `run.error`
 for a failure (with the failure's stable reason), `run.cancel` when the run's
@@ -9,25 +13,26 @@ task is cancelled — and `CancelledError` is re-raised, never swallowed.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agw.v1 import gateway_pb2 as gw
 from opentelemetry import trace
 
 from service.core import events, instruments
 from service.core.agents import AgentDefinition, ResolvedStage
+from service.core.commands import QueryCommand
 from service.core.errors import AgwError, BudgetExhausted, InvalidRequest
+from service.core.eventlog import Emitter
 from service.core.model import ModelClient, ModelRequest, Usage
-from service.core.observe import usage_message
 from service.core.policies import RunPolicies
-from service.core.run import Run
+from service.core.ports import RunBus
+from service.core.runstate import RunState
 from service.core.tools.executor import ToolExecutor
 from service.core.tools.registry import ToolRegistry
 from service.core.turn import Ids
-from service.core.waits import Waits
 
 log = logging.getLogger("agw.run")
 
@@ -53,23 +58,36 @@ class Outcome:
 
 @dataclass(slots=True)
 class RunContext:
-    """Everything a mode needs to execute a run."""
+    """Everything a mode needs to execute a run, seen from one scope of it."""
 
-    run: Run
+    run: RunState
+    out: Emitter  # where this scope's events go (the run's, or one task's)
     agent: AgentDefinition
-    request: gw.QueryRequest
+    command: QueryCommand
     models: ModelRouter
+    bus: RunBus  # where tools wait for the user's answers
     ids: Ids
     history: list[dict[str, Any]] = field(default_factory=list)  # the chat's last runs
     user_message: dict[str, Any] = field(default_factory=dict)  # this run's user message
     tools: ToolRegistry = field(default_factory=ToolRegistry)  # the tools the stages may use
-    waits: Waits = field(default_factory=Waits)  # frontend tools waiting for Submit
     policies: RunPolicies = field(init=False)  # budgets, tool policy, output, verify
     executor: ToolExecutor = field(init=False)  # runs the tool calls
 
     def __post_init__(self) -> None:
         self.policies = RunPolicies(self.agent)
-        self.executor = ToolExecutor(self.run, self.tools, self.waits, self.agent.permission)
+        self.executor = ToolExecutor(
+            self.run, self.out, self.tools, self.bus, self.agent.permission
+        )
+
+    def for_task(self, task_id: str) -> RunContext:
+        """This context for plan task `task_id`: its events carry the task's id.
+
+        Budgets, policies and the tool executor's memory stay the run's.
+        """
+        scoped = copy.copy(self)
+        scoped.out = self.out.scope(task_id)
+        scoped.executor = self.executor.scoped(scoped.out)
+        return scoped
 
     def model_call(
         self, stage: ResolvedStage, messages: list[dict[str, Any]], **options: Any
@@ -154,16 +172,17 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
         error = BudgetExhausted(
             f"run exceeded its timeoutMs budget of {timeout_ms} ms", budget="timeoutMs"
         )
-        run.finish(events.run_error(error.reason, error.message, error.metadata))
+        run.log.finish(events.run_error(error.reason, error.message, error.metadata))
     except asyncio.CancelledError:
-        run.finish(events.run_cancel(run.cancel_reason or "cancel"))
+        run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
         raise
     except AgwError as error:
         log.warning("run %s failed: %s", run.run_id, error.message)
-        run.finish(events.run_error(error.reason, error.message, error.metadata))
+        run.log.finish(events.run_error(error.reason, error.message, error.metadata))
     except Exception as error:  # a bug: report it on the stream, keep serving
         log.exception("run %s failed unexpectedly", run.run_id)
-        run.finish(events.run_error("INTERNAL", f"internal error ({type(error).__name__})"))
+        run.log.finish(events.run_error("INTERNAL", f"internal error ({type(error).__name__})"))
     else:
-        total = run.usage if run.usage is not None else outcome.usage  # every call of the run
-        run.finish(events.run_complete(outcome.finish_reason, usage_message(total)))
+        used = run.accounting.usage  # every call of the run
+        total = used if used is not None else outcome.usage
+        run.log.finish(events.run_complete(outcome.finish_reason, events.usage(total)))

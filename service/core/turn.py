@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from service.core import events
+from service.core.eventlog import Emitter
 from service.core.model import ModelClient, ModelRequest, Usage
 from service.core.observe import ModelCallObserver
-from service.core.run import Run
+from service.core.runstate import RunState
 from service.core.tools.definitions import ToolDefinition, ToolKind
 
 
@@ -56,6 +57,7 @@ class TurnResult:
     first_delta_ms: float | None = None
     duration_ms: float = 0.0
     hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
+    task_id: str = ""  # the plan task the turn worked for, if any
 
 
 #: Gives the event id of a tool call from its name and the model's tool_call_id.
@@ -122,7 +124,8 @@ def _start_call(
 
 
 async def stream_turn(
-    run: Run,
+    run: RunState,
+    out: Emitter,
     ids: Ids,
     client: ModelClient,
     request: ModelRequest,
@@ -142,8 +145,8 @@ async def stream_turn(
     `action.*` with an `a_` id; any other call as a backend `tool.*` with the
     model's tool_call_id.
     """
-    emit = run.emit
-    result = TurnResult(msg_id=new_msg_id())
+    emit = out.emit
+    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id)
     reasoning: list[str] = []
     content: list[str] = []
     open_kind = ""  # the open text block: "reasoning" | "content" | ""
@@ -159,7 +162,7 @@ async def stream_turn(
             emit(events.content_end(open_id))
         open_kind = ""
 
-    observer = ModelCallObserver(run, request)
+    observer = ModelCallObserver(run, out, request)
     error: BaseException | None = None
     try:
         async with client.stream(request) as deltas:
@@ -227,6 +230,5 @@ async def stream_turn(
             or json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls.values()]),
             error=error,
         )
-        if run.on_turn is not None:
-            run.on_turn(request, result)
+        run.turn_finished(request, result)
     return result

@@ -1,46 +1,38 @@
-"""Frontend tools waiting for the user's answer, and the answers `Submit` brings.
+"""Tools of a run waiting for the user's answer, and the answers `Submit` brings.
 
-A frontend tool call registers a wait under (run id, tool id) and suspends its
-run until `submit` delivers a payload or the wait times out. Every wait keeps
-its final state until its run is forgotten, so that `Submit` can answer
-precisely: accepted; unknown run; unknown tool; already answered; expired (timed
-out, or the run stopped waiting because it ended). A payload larger than the
-configured limit is refused before anything else (`PayloadTooLarge`).
+A frontend tool call (or a question, a permission, a plan approval) registers a
+wait under (run id, tool id) and suspends until `submit` delivers a payload or
+the wait times out. Every wait keeps its final state until its run is
+forgotten, so that `Submit` can answer precisely: accepted; unknown run;
+unknown tool; already answered; expired (timed out, or the run stopped waiting
+because it ended). A payload larger than the configured limit is refused before
+anything else (`PayloadTooLarge`). An accepted answer is announced on the
+run's stream as `request.submit`, in the scope (plan task) that waits for it.
+
+This is the owner's side of the `RunBus`: the in-process bus uses it directly;
+a distributed bus delivers the Submits it receives to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from google.protobuf import json_format, struct_pb2
-
 from service.core import events
+from service.core.commands import SubmitCommand, SubmitResult
 from service.core.errors import InvalidRequest, PayloadTooLarge
+from service.core.eventlog import Emitter
 from service.core.instruments import submit_wait
-from service.core.run import Run
 
-SubmitOutcome = Literal["ACCEPTED", "UNKNOWN_RUN", "UNKNOWN_TOOL", "ALREADY_ANSWERED", "EXPIRED"]
 WaitState = Literal["waiting", "answered", "expired", "closed"]
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitResult:
-    """What happened to a submitted payload."""
-
-    outcome: SubmitOutcome
-    detail: str
-
-    @property
-    def accepted(self) -> bool:
-        return self.outcome == "ACCEPTED"
-
-
 class WaitTimedOut(Exception):
-    """Nobody answered the frontend tool within its time-out."""
+    """Nobody answered within the time-out."""
 
     def __init__(self, timeout_s: float) -> None:
         super().__init__(f"no answer within {timeout_s:g} s")
@@ -50,12 +42,18 @@ class WaitTimedOut(Exception):
 @dataclass(slots=True)
 class _Wait:
     tool_name: str
+    out: Emitter
     future: asyncio.Future[Any]
     state: WaitState = "waiting"
 
 
+def payload_size(payload: Any) -> int:
+    """The size of a JSON payload, in bytes of compact UTF-8 JSON."""
+    return len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
+
+
 class Waits:
-    """The frontend tools of all runs that wait (or waited) for `Submit`."""
+    """The tools of the runs of this process that wait (or waited) for `Submit`."""
 
     def __init__(self, *, timeout_s: float = 300.0, payload_limit_bytes: int = 256 * 1024) -> None:
         self.timeout_s = timeout_s
@@ -68,16 +66,13 @@ class Waits:
         return [tool_id for tool_id, w in waits.items() if w.state == "waiting"]
 
     async def wait(
-        self,
-        run: Run,
-        tool_id: str,
-        tool_name: str,
-        timeout_s: float | None = None,
+        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
     ) -> Any:
-        """Suspend until `tool_id` is answered; its payload as JSON (WaitTimedOut on time-out)."""
+        """Suspend until `tool_id` is answered; its payload (WaitTimedOut on time-out)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        wait = self._runs.setdefault(run.run_id, {})[tool_id] = _Wait(tool_name, future)
+        wait = _Wait(tool_name, out, future)
+        self._runs.setdefault(out.run_id, {})[tool_id] = wait
         started = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
@@ -94,45 +89,48 @@ class Waits:
                 future.cancel()
             submit_wait.record(time.monotonic() - started, {"agw.outcome": wait.state})
 
-    def submit(
-        self,
-        run: Run | None,
-        tool_id: str,
-        payload: struct_pb2.Value,
-        *,
-        request_id: str = "",
-        view_id: str = "",
-    ) -> SubmitResult:
-        """Deliver `payload` to the waiting `tool_id` of `run` (None: no such run)."""
-        if not tool_id:
+    def check(self, command: SubmitCommand) -> None:
+        """Refuse a malformed or oversized submit before looking for its run."""
+        if not command.run_id:
+            raise InvalidRequest("runId is required")
+        if not command.tool_id:
             raise InvalidRequest("toolId is required")
-        size = payload.ByteSize()
+        size = payload_size(command.payload)
         if size > self.payload_limit_bytes:
             raise PayloadTooLarge(
                 f"payload of {size} bytes exceeds the limit of {self.payload_limit_bytes} bytes",
                 limit=str(self.payload_limit_bytes),
             )
-        if run is None:
+
+    def submit(self, command: SubmitCommand, *, run_known: bool) -> SubmitResult:
+        """Deliver the payload of `command` to its waiting tool (`run_known`: the run exists)."""
+        self.check(command)
+        if not run_known:
             return SubmitResult("UNKNOWN_RUN", "no active or recent run with that id")
-        wait = self._runs.get(run.run_id, {}).get(tool_id)
+        tool_id = command.tool_id
+        wait = self._runs.get(command.run_id, {}).get(tool_id)
         if wait is None:
-            waiting = ", ".join(self.waiting(run.run_id)) or "none"
+            waiting = ", ".join(self.waiting(command.run_id)) or "none"
             return SubmitResult(
-                "UNKNOWN_TOOL", f"run {run.run_id} has no tool {tool_id!r} (waiting: {waiting})"
+                "UNKNOWN_TOOL",
+                f"run {command.run_id} has no tool {tool_id!r} (waiting: {waiting})",
             )
         if wait.state == "answered":
             return SubmitResult("ALREADY_ANSWERED", f"tool {tool_id!r} was already answered")
         if wait.state == "expired":
             return SubmitResult("EXPIRED", f"tool {tool_id!r} stopped waiting (timed out)")
-        if wait.state == "closed" or run.done:
+        if wait.state == "closed" or wait.out.done:
             return SubmitResult("EXPIRED", f"tool {tool_id!r} stopped waiting (the run ended)")
         wait.state = "answered"
-        run.emit(
+        wait.out.emit(
             events.request_submit(
-                request_id or str(uuid.uuid4()), tool_id, payload, view_id=view_id
+                command.request_id or str(uuid.uuid4()),
+                tool_id,
+                command.payload,
+                view_id=command.view_id,
             )
         )
-        wait.future.set_result(json_format.MessageToDict(payload))
+        wait.future.set_result(command.payload)
         return SubmitResult("ACCEPTED", f"tool {tool_id!r} ({wait.tool_name}) took the payload")
 
     def forget(self, run_id: str) -> None:

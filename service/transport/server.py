@@ -9,7 +9,7 @@ from agw.v1 import gateway_pb2, gateway_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from service.core.runtime import Runtime
+from service.core.frontdoor import FrontDoor
 from service.transport.servicer import AgentGatewayServicer
 
 log = logging.getLogger("agw.grpc")
@@ -22,13 +22,13 @@ class GrpcServer:
 
     def __init__(
         self,
-        runtime: Runtime,
+        front: FrontDoor,
         address: str,
         *,
         keepalive_time_s: float = 60.0,
         cancel_on_disconnect: bool = False,
     ) -> None:
-        self.runtime = runtime
+        self.front = front
         self.address = address
         self.server = grpc.aio.server(
             options=[
@@ -41,7 +41,7 @@ class GrpcServer:
             ]
         )
         gateway_pb2_grpc.add_AgentGatewayServicer_to_server(
-            AgentGatewayServicer(runtime, cancel_on_disconnect=cancel_on_disconnect), self.server
+            AgentGatewayServicer(front, cancel_on_disconnect=cancel_on_disconnect), self.server
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -61,6 +61,6 @@ class GrpcServer:
     async def stop(self, grace_s: float) -> None:
         """Graceful stop: report NOT_SERVING, drain the runs, then close the server."""
         await self.health.enter_graceful_shutdown()
-        await self.runtime.drain(grace_s)
+        await self.front.drain(grace_s)
         await self.server.stop(grace=2.0)
         log.info("gRPC server stopped")

@@ -1,11 +1,14 @@
-"""The gRPC servicer: translates RPCs into runtime calls, and errors into statuses."""
+"""The gRPC servicer: decodes each RPC into a front-door call, and errors into statuses.
+
+Every handler goes through the codec (`service/transport/codec.py`) and the
+front door (`service.core.frontdoor.FrontDoor`); none reaches a store or a run
+registry directly.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from functools import wraps
@@ -15,15 +18,11 @@ import grpc
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
-from google.protobuf import json_format, struct_pb2
 
-from service.core.agents import AgentDefinition
-from service.core.errors import AgwError, InvalidRequest
-from service.core.history import replay
+from service.core.errors import AgwError
+from service.core.frontdoor import FrontDoor
 from service.core.instruments import active_streams
-from service.core.jsonl_store import check_chat_id
-from service.core.runtime import Runtime
-from service.core.waits import SubmitOutcome
+from service.transport import codec
 from service.transport.errors import abort
 from service.transport.tracing import rpc_span
 
@@ -31,22 +30,6 @@ log = logging.getLogger("agw.grpc")
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
-
-SUBMIT_OUTCOMES: dict[SubmitOutcome, gw.SubmitOutcome.ValueType] = {
-    "ACCEPTED": gw.SUBMIT_OUTCOME_ACCEPTED,
-    "UNKNOWN_RUN": gw.SUBMIT_OUTCOME_UNKNOWN_RUN,
-    "UNKNOWN_TOOL": gw.SUBMIT_OUTCOME_UNKNOWN_TOOL,
-    "ALREADY_ANSWERED": gw.SUBMIT_OUTCOME_ALREADY_ANSWERED,
-    "EXPIRED": gw.SUBMIT_OUTCOME_EXPIRED,
-}
-
-MODE_ENUM = {
-    "ONESHOT": gw.AGENT_MODE_ONESHOT,
-    "REACT": gw.AGENT_MODE_REACT,
-    "PLAN_EXECUTE": gw.AGENT_MODE_PLAN_EXECUTE,
-}
 
 
 def unary(
@@ -66,24 +49,11 @@ def unary(
     return wrapper
 
 
-def agent_message(agent: AgentDefinition) -> gw.Agent:
-    return gw.Agent(
-        key=agent.key,
-        name=agent.name or agent.key,
-        icon=agent.icon or "",
-        description=agent.description or "",
-        mode=MODE_ENUM[agent.mode],
-        provider_key=agent.model_config_.provider_key or "" if agent.model_config_ else "",
-        model=agent.model_config_.model or "" if agent.model_config_ else "",
-        tools=agent.tool_names(),
-    )
-
-
 class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
-    """Serves the `agw.v1.AgentGateway` service from a `Runtime`."""
+    """Serves the `agw.v1.AgentGateway` service from the core's front door."""
 
-    def __init__(self, runtime: Runtime, *, cancel_on_disconnect: bool = False) -> None:
-        self.runtime = runtime
+    def __init__(self, front: FrontDoor, *, cancel_on_disconnect: bool = False) -> None:
+        self.front = front
         self.cancel_on_disconnect = cancel_on_disconnect
 
     # Streaming handlers are coroutines writing with `context.write` rather than async
@@ -92,7 +62,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Query", context):
             try:
-                run = await self.runtime.query(request)
+                run = await self.front.query(codec.query_command(request))
             except AgwError as error:
                 await abort(context, error)
                 return
@@ -106,13 +76,12 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Attach(self, request: gw.AttachRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Attach", context):
             try:
-                events = await self.runtime.attach(request.run_id, request.after_seq)
+                events = await self.front.attach(request.run_id, request.after_seq)
             except AgwError as error:
                 await abort(context, error)
                 return
-            live = self.runtime.runs.get(request.run_id)
-            if live is not None and not live.done:  # accepted: the client may not wait for
-                await context.send_initial_metadata(())  # an event to learn it (HTTP 200 now)
+            if await self.front.is_live(request.run_id):  # accepted: the client may not wait
+                await context.send_initial_metadata(())  # for an event to learn it (HTTP 200)
             await self._write_all(events, context, "Attach")
 
     @staticmethod
@@ -137,7 +106,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
 
     @unary
     async def Cancel(self, request: gw.CancelRequest, context: Context) -> gw.CancelResponse:
-        cancelled = self.runtime.cancel(request.run_id)
+        cancelled = await self.front.cancel(request.run_id)
         return gw.CancelResponse(
             cancelled=cancelled,
             detail="cancelling" if cancelled else "the run had already ended",
@@ -147,104 +116,35 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def ListAgents(
         self, request: gw.ListAgentsRequest, context: Context
     ) -> gw.ListAgentsResponse:
-        return gw.ListAgentsResponse(agents=[agent_message(a) for a in self.runtime.agents.list()])
+        return gw.ListAgentsResponse(
+            agents=[codec.agent_message(a) for a in self.front.list_agents()]
+        )
 
     @unary
     async def GetAgent(self, request: gw.GetAgentRequest, context: Context) -> gw.GetAgentResponse:
-        if not request.agent_key:
-            raise InvalidRequest("agentKey is required")
-        agent = self.runtime.agents.get(request.agent_key)
-        definition = struct_pb2.Struct()
-        json_format.ParseDict(agent.to_json_dict(), definition)
-        return gw.GetAgentResponse(agent=agent_message(agent), definition=definition)
+        return codec.agent_response(self.front.get_agent(request.agent_key))
 
     @unary
     async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:
-        result = self.runtime.submit(request)
-        return gw.SubmitResponse(
-            accepted=result.accepted,
-            outcome=SUBMIT_OUTCOMES[result.outcome],
-            detail=result.detail,
-        )
+        return codec.submit_response(await self.front.submit(codec.submit_command(request)))
 
     @unary
     async def ListChats(
         self, request: gw.ListChatsRequest, context: Context
     ) -> gw.ListChatsResponse:
-        if request.page_size < 0:
-            raise InvalidRequest("pageSize must be >= 0")
-        size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        page, cursor = self.runtime.store.page(size, request.page_token)
+        page, cursor = await self.front.list_chats(request.page_size, request.page_token)
         return gw.ListChatsResponse(
-            chats=[
-                gw.ChatSummary(
-                    chat_id=c.chat_id,
-                    chat_name=c.chat_name,
-                    agent_key=c.agent_key,
-                    created_at=c.created_at,
-                    updated_at=c.updated_at,
-                    run_count=c.run_count,
-                )
-                for c in page
-            ],
-            next_page_token=cursor,
+            chats=[codec.chat_summary(c) for c in page], next_page_token=cursor
         )
 
     @unary
     async def GetChat(self, request: gw.GetChatRequest, context: Context) -> gw.GetChatResponse:
-        if not request.chat_id:
-            raise InvalidRequest("chatId is required")
-        check_chat_id(request.chat_id)
-        records = await self.runtime.store.read(request.chat_id)
-        summary = self.runtime.store.summary(request.chat_id)
-        references = [
-            ref
-            for r in records
-            if r.get("_type") == "query"
-            for ref in (r.get("query") or {}).get("references") or []
-        ]
-        response = gw.GetChatResponse(
-            chat_id=request.chat_id,
-            chat_name=summary.chat_name if summary else "",
-            events=replay(records),
+        view = await self.front.get_chat(
+            request.chat_id, include_records=request.include_raw_messages
         )
-        for ref in references:
-            json_format.ParseDict(ref, response.references.add(), ignore_unknown_fields=True)
-        if request.include_raw_messages:
-            for record in records:
-                response.raw_messages.add().update(record)
-        return response
+        return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:
-        if request.chat_id:
-            check_chat_id(request.chat_id)
-        upload = await self.runtime.uploads.save(
-            request.name, request.content, request.mime_type, request.chat_id
-        )
-        reference = pb.Reference(
-            id=upload.id,
-            type=upload.type,
-            name=upload.name,
-            mime_type=upload.mime_type,
-            size_bytes=upload.size_bytes,
-            sha256=upload.sha256,
-        )
-        event = pb.Event(
-            seq=1,
-            type="request.upload",
-            timestamp=time.time_ns() // 1_000_000,
-            chat_id=request.chat_id,
-            request_upload=pb.RequestUpload(
-                request_id=request.request_id or str(uuid.uuid4()),
-                upload=pb.UploadInfo(
-                    type=upload.type,
-                    name=upload.name,
-                    size_bytes=upload.size_bytes,
-                    mime_type=upload.mime_type,
-                    sha256=upload.sha256,
-                ),
-                reference_id=upload.id,
-            ),
-        )
-        return gw.UploadResponse(reference=reference, event=event)
+        command = codec.upload_command(request)
+        return codec.upload_response(await self.front.upload(command), command)

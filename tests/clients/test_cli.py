@@ -155,8 +155,8 @@ async def test_chat_keeps_the_chat_across_turns(
     assert lines[0] == "chat with plain: Ctrl-C cancels a run, Ctrl-D leaves"
     chat_id = lines[1].split()[1].rstrip(":")
     assert lines[1] == f"chat {chat_id}: agw chat plain --chat {chat_id}"
-    assert len(gateway.app.runtime.runs) == 2
-    assert {run.chat_id for run in gateway.app.runtime.runs.values()} == {chat_id}
+    assert len(gateway.app.frontdoor.runs) == 2
+    assert {run.chat_id for run in gateway.app.frontdoor.runs.values()} == {chat_id}
 
 
 async def test_ctrl_c_cancels_the_run(gateway: Harness, provider: LoopbackProvider) -> None:
@@ -173,7 +173,7 @@ async def test_ctrl_c_cancels_the_run(gateway: Harness, provider: LoopbackProvid
         "cancelling… (Ctrl-C again to leave at once)",
         "cancelled (cancel)",
     ]
-    (run,) = gateway.app.runtime.runs.values()
+    (run,) = gateway.app.frontdoor.runs.values()
     assert run.log[-1].type == "run.cancel" and run.log[-1].run_cancel.reason == "cancel"
 
 
@@ -182,7 +182,7 @@ async def test_chats_and_chat_history(gateway: Harness, provider: LoopbackProvid
     agw = Agw(gateway)
     code, out, _ = await agw("query", "thinker", "Tell me")
     assert code == 0
-    (run,) = gateway.app.runtime.runs.values()
+    (run,) = gateway.app.frontdoor.runs.values()
     code, out, err = await agw("chats")
     assert (code, err) == (0, "")
     header, row = out.splitlines()
@@ -223,7 +223,7 @@ async def test_chat_answers_a_waiting_frontend_tool(
         "You chose blue",
         "you> ",
     ]
-    (run,) = frontend_gateway.app.runtime.runs.values()
+    (run,) = frontend_gateway.app.frontdoor.runs.values()
     submitted = [e.request_submit for e in run.log if e.type == "request.submit"]
     assert [s.payload.string_value for s in submitted] == ["blue"]
     assert provider.requests[1]["messages"][-1]["role"] == "tool"

@@ -218,6 +218,6 @@ async def test_cancel_a_run_from_the_page(
     await page.fill("#message", "Now quickly")
     await page.click("#send")
     await page.locator('.run[data-status="complete"]').wait_for()
-    runs = list(gateway.app.runtime.runs.values())
+    runs = list(gateway.app.frontdoor.runs.values())
     assert len({run.chat_id for run in runs}) == 1 and len(runs) == 2
     assert errors == []

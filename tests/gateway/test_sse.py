@@ -201,7 +201,7 @@ async def test_client_going_away_cancels_the_run_under_the_cancel_policy(
         httpx_sse.aconnect_sse(http, "POST", "/api/query", json=QUERY) as source,
     ):
         seen = await read_until(sse_events(source), "content.delta")
-    run = cancelling_gateway.app.runtime.get_run(seen[0]["runId"])
+    run = cancelling_gateway.app.frontdoor.get_run(seen[0]["runId"])
     await asyncio.wait_for(run.wait(), 5)
     assert run.log[-1].type == "run.cancel"
     assert run.log[-1].run_cancel.reason == "disconnect"
@@ -215,7 +215,7 @@ async def test_client_going_away_detaches_under_the_continue_policy(
     provider.enqueue([content("so far"), Gate(gate), content(" and more"), finish("stop"), DONE])
     async with httpx_sse.aconnect_sse(http, "POST", "/api/query", json=QUERY) as source:
         seen = await read_until(sse_events(source), "content.delta")
-    run = gateway.app.runtime.get_run(seen[0]["runId"])
+    run = gateway.app.frontdoor.get_run(seen[0]["runId"])
     streams = gateway.app.http.streams if gateway.app.http else set()
     while streams:  # the adapter notices the disconnect and ends its gRPC call
         await asyncio.wait_for(next(iter(streams)).closed.wait(), 5)
@@ -246,7 +246,7 @@ async def test_a_slow_reader_is_bounded_then_dropped(
         # ...and from now on the client reads nothing.
         stream: EventStream = next(iter(gateway.app.http.streams))
         await asyncio.wait_for(stream.closed.wait(), 30)
-        run = next(iter(gateway.app.runtime.runs.values()))
+        run = next(iter(gateway.app.frontdoor.runs.values()))
         await asyncio.wait_for(run.wait(), 30)
         writer.close()
     total = sum(len(codec.to_json(event)) for event in run.log)

@@ -66,7 +66,7 @@ async def test_span_tree_of_a_run_with_a_tool_call(
     )
     async with tool_gateway(tmp_path, provider, agents) as gateway:
         events = await gateway.query("a", "Time in Paris?")
-        await gateway.app.runtime.flush()
+        await gateway.app.frontdoor.flush()
     assert events[-1].type == "run.complete"
     spans = {span.name: span for span in SPANS.get_finished_spans()}
     rpc = spans["agw.v1.AgentGateway/Query"]

@@ -27,7 +27,7 @@ def comparable(events) -> list[dict]:
 
 async def record(gateway: Harness, key: str, message: str) -> tuple[list, str]:
     events = await gateway.query(key, message)
-    await gateway.app.runtime.flush()
+    await gateway.app.frontdoor.flush()
     chat_id = events[0].chat_id
     text = normalized_jsonl(gateway.app.settings.chats_path / f"{chat_id}.json")
     return events, text

@@ -79,7 +79,7 @@ async def test_oneshot_run_writes_the_expected_jsonl(
 ) -> None:
     provider.enqueue(answer("Hi!", think="Greeting."))
     events = await gateway.query("thinker", "Hello", request_id="req-1")
-    await gateway.app.runtime.flush()
+    await gateway.app.frontdoor.flush()
     assert_golden(normalized_jsonl(chat_file(gateway, events[0].chat_id)), "oneshot.jsonl")
 
 
@@ -141,7 +141,7 @@ async def test_get_chat_replays_the_snapshot_form_of_the_live_streams(
     chat_id = live[0].chat_id
     live += await gateway.query("thinker", "second", chat_id=chat_id)
     live += await gateway.query("thinker", "third", chat_id=chat_id)
-    await gateway.app.runtime.flush()
+    await gateway.app.frontdoor.flush()
     reply = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=chat_id))
 
     def comparable(events) -> list[dict]:
@@ -203,9 +203,9 @@ async def test_attach_from_every_seq_of_a_recorded_run(
         run_id = live[0].run_id
         for after in range(len(live) + 1):
             assert await attach(gateway, run_id, after) == live[after:]
-        await gateway.app.runtime.flush()
+        await gateway.app.frontdoor.flush()
         await asyncio.sleep(0.3)  # past the retention: served from the archive now
-        assert run_id not in gateway.app.runtime.runs
+        assert run_id not in gateway.app.frontdoor.runs
         for after in range(len(live) + 1):
             assert await attach(gateway, run_id, after) == live[after:]
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -245,7 +245,7 @@ async def test_a_disconnected_client_does_not_stop_the_run(
         if event.type == "content.delta":
             break
     call.cancel()
-    run = gateway.app.runtime.get_run(event.run_id)
+    run = gateway.app.frontdoor.get_run(event.run_id)
     await asyncio.sleep(0.05)
     assert not run.done
     gate.set()
@@ -264,7 +264,7 @@ async def test_a_run_nobody_watches_is_cancelled_after_its_ttl(
             if event.type == "content.delta":
                 break
         call.cancel()
-        run = gateway.app.runtime.get_run(event.run_id)
+        run = gateway.app.frontdoor.get_run(event.run_id)
         await asyncio.wait_for(run.wait(), 5)
         assert run.log[-1].run_cancel.reason == "abandoned"
 

@@ -256,7 +256,7 @@ async def test_client_cancel_closes_provider_connection_promptly(
         if event.type == "content.delta":
             break
     assert provider.open_connections == 1
-    run = cancelling_gateway.app.runtime.get_run(event.run_id)
+    run = cancelling_gateway.app.frontdoor.get_run(event.run_id)
     started = time.monotonic()
     call.cancel()
     await asyncio.wait_for(run.wait(), 1.0)
@@ -286,7 +286,7 @@ async def test_a_thousand_cancelled_streams_leak_nothing(
 
     for _ in range(20):
         await asyncio.gather(*(one() for _ in range(50)))
-    runtime = cancelling_gateway.app.runtime
+    runtime = cancelling_gateway.app.frontdoor
     await asyncio.wait_for(asyncio.gather(*(run.wait() for run in runtime.runs.values())), 10)
     await provider.wait_connections(0, timeout=10)
     await asyncio.sleep(0)  # let the last tasks' done-callbacks run

@@ -75,8 +75,8 @@ async def test_a_frontend_tool_waits_for_submit(tmp_path: Path, provider: Loopba
             "Let the user pick an option.",
         )
         assert json_format.MessageToDict(start.tool_params) == {"size": "small"}
-        run = gateway.app.runtime.get_run(run_id)
-        assert not run.done and gateway.app.waits.waiting(run_id) == [tool_id]
+        run = gateway.app.frontdoor.get_run(run_id)
+        assert not run.done and gateway.app.bus.waiting(run_id) == [tool_id]
 
         reply = await submit(
             gateway, run_id, tool_id, {"choice": "a"}, request_id="req-9", view_id="v1"
@@ -203,7 +203,7 @@ async def test_cancel_during_a_backend_tool_cancels_the_tool(
         events: list = []
         end = await until(call, "tool.end", events)
         await asyncio.wait_for(probe.started.wait(), 1)
-        run = gateway.app.runtime.get_run(end.run_id)
+        run = gateway.app.frontdoor.get_run(end.run_id)
         started = time.monotonic()
         await gateway.stub.Cancel(gw.CancelRequest(run_id=end.run_id))
         await asyncio.wait_for(probe.cancelled.wait(), 0.1)
@@ -225,14 +225,14 @@ async def test_cancel_during_a_frontend_wait_expires_the_wait(
         call = gateway.stub.Query(gw.QueryRequest(agent_key="ui", message="Choose"))
         events: list = []
         end = await until(call, "tool.end", events)
-        run = gateway.app.runtime.get_run(end.run_id)
+        run = gateway.app.frontdoor.get_run(end.run_id)
         started = time.monotonic()
         await gateway.stub.Cancel(gw.CancelRequest(run_id=end.run_id))
         await asyncio.wait_for(run.wait(), 0.1)
         elapsed = time.monotonic() - started
         events += [event async for event in call]
         late = await submit(gateway, end.run_id, end.tool_end.tool_id, "a")
-        waiting = gateway.app.waits.waiting(end.run_id)
+        waiting = gateway.app.bus.waiting(end.run_id)
     assert elapsed < 0.1
     assert kinds(events) == HEAD + CALL + ["run.cancel"]
     assert (len(provider.requests), provider.disconnects) == (1, 0)

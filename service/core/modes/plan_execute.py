@@ -28,8 +28,6 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from agw.v1 import events_pb2 as pb
-
 from service.core import events
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
 from service.core.errors import AgwError
@@ -72,7 +70,7 @@ async def run_plan_execute(ctx: RunContext) -> Outcome:
     if ctx.agent.plan_approval and not await approve(ctx, plan):
         for task in plan.tasks:
             task.status = "canceled"
-        ctx.run.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+        ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
         return Outcome("plan_rejected", ctx.policies.usage)
     for task in plan.tasks:
         await execute_task(ctx, plan, task)
@@ -81,7 +79,7 @@ async def run_plan_execute(ctx: RunContext) -> Outcome:
         return await finish(ctx, agent.stage("execute"), "stop")
     stage = agent.stage("summary")
     brief = (
-        f"The user's request:\n{ctx.request.message}\n\n"
+        f"The user's request:\n{ctx.command.message}\n\n"
         f"{RESULTS_HEADING}\n{plan.outline()}\n\n"
         "Write the answer for the user."
     )
@@ -118,7 +116,7 @@ async def make_plan(ctx: RunContext) -> Plan:
                 parsed.append(f"invalid plan: {error}")
         added = [plan.add(p) if isinstance(p, list) else p for p in parsed]
         if plan.tasks:
-            ctx.run.emit(events.plan_create(plan.plan_id, plan.to_pb()))
+            ctx.out.emit(events.plan_create(plan.plan_id, plan.to_pb()))
         outcomes: list[ToolOutcome] = []
         for call, tasks in zip(turn.tool_calls, added, strict=True):
             if isinstance(tasks, str):
@@ -142,19 +140,18 @@ async def approve(ctx: RunContext, plan: Plan) -> bool:
     decides; no answer in time is a rejection.
     """
     approval_id = "appr_" + secrets.token_hex(4)
-    waits = ctx.waits
-    ctx.run.emit(
-        events.Event(
-            plan_approval=pb.PlanApproval(
-                plan_id=plan.plan_id,
-                approval_id=approval_id,
-                plan=plan.to_pb(),
-                timeout_ms=round(waits.timeout_s * 1000),
-            )
+    bus = ctx.bus
+    ctx.out.emit(
+        events.make(
+            "plan_approval",
+            plan_id=plan.plan_id,
+            approval_id=approval_id,
+            plan=plan.to_pb(),
+            timeout_ms=round(bus.wait_timeout_s * 1000),
         )
     )
     try:
-        return allowed(await waits.wait(ctx.run, approval_id, "plan approval"))
+        return allowed(await bus.wait(ctx.out, approval_id, "plan approval"))
     except WaitTimedOut:
         return False
 
@@ -171,44 +168,44 @@ def capabilities(tools: tuple[ToolDefinition, ...]) -> str:
 
 
 async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
-    """Run one task to its report; emits task.start … task.complete / task.fail."""
-    run = ctx.run
+    """Run one task to its report; emits task.start … task.complete / task.fail.
+
+    Every event of the task carries its `taskId`: the task works in its own scope.
+    """
+    ctx = ctx.for_task(task.task_id)
+    out = ctx.out
     stage = ctx.agent.stage("execute")
-    run.task_id = task.task_id
+    task.status = "in_progress"
+    out.emit(events.task_start(task.task_id, task.description))
+    out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+    brief = (
+        f"The user's request:\n{ctx.command.message}\n\n"
+        f"The plan:\n{plan.outline()}\n\n"
+        f"{TASK_ID_LINE}{task.task_id}\n"
+        f"Your task: {task.description}\n\n"
+        f"When the task is done, call {PLAN_UPDATE_TASK_TOOL} with taskId "
+        f'"{task.task_id}", status "completed" and its result (or "failed" and why).'
+    )
     try:
-        task.status = "in_progress"
-        run.emit(events.task_start(task.task_id, task.description))
-        run.emit(events.plan_update(plan.plan_id, plan.to_pb()))
-        brief = (
-            f"The user's request:\n{ctx.request.message}\n\n"
-            f"The plan:\n{plan.outline()}\n\n"
-            f"{TASK_ID_LINE}{task.task_id}\n"
-            f"Your task: {task.description}\n\n"
-            f"When the task is done, call {PLAN_UPDATE_TASK_TOOL} with taskId "
-            f'"{task.task_id}", status "completed" and its result (or "failed" and why).'
-        )
-        try:
-            update = await _work(Conversation.open(ctx, stage, brief, history=False), task)
-        except AgwError as error:
-            _fail(ctx, plan, task, error.reason, error.message)
-            raise
-        if update is None:
-            reason = f"the model did not report the task with {PLAN_UPDATE_TASK_TOOL}"
-            _fail(ctx, plan, task, "TASK_NOT_REPORTED", reason)
-        elif update.status == "failed":
-            _fail(ctx, plan, task, "TASK_FAILED", update.result or "the task failed")
-        else:
-            task.status, task.result = "completed", update.result
-            run.emit(events.task_complete(task.task_id, update.result))
-            run.emit(events.plan_update(plan.plan_id, plan.to_pb()))
-    finally:
-        run.task_id = ""
+        update = await _work(Conversation.open(ctx, stage, brief, history=False), task)
+    except AgwError as error:
+        _fail(ctx, plan, task, error.reason, error.message)
+        raise
+    if update is None:
+        reason = f"the model did not report the task with {PLAN_UPDATE_TASK_TOOL}"
+        _fail(ctx, plan, task, "TASK_NOT_REPORTED", reason)
+    elif update.status == "failed":
+        _fail(ctx, plan, task, "TASK_FAILED", update.result or "the task failed")
+    else:
+        task.status, task.result = "completed", update.result
+        out.emit(events.task_complete(task.task_id, update.result))
+        out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
 
 
 def _fail(ctx: RunContext, plan: Plan, task: Task, reason: str, message: str) -> None:
     task.status, task.result = "failed", message
-    ctx.run.emit(events.task_fail(task.task_id, reason, message))
-    ctx.run.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+    ctx.out.emit(events.task_fail(task.task_id, reason, message))
+    ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
 
 
 async def _work(conversation: Conversation, task: Task) -> TaskUpdate | None:

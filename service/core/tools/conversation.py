@@ -74,8 +74,8 @@ class Conversation:
             tools = ctx.tools.for_stage(stage, ctx.agent.tool_policy)
         if user is None:
             user = ctx.user_message or {
-                "role": ctx.request.role or "user",
-                "content": ctx.request.message,
+                "role": ctx.command.role or "user",
+                "content": ctx.command.message,
             }
         elif isinstance(user, str):
             user = {"role": "user", "content": user}
@@ -112,6 +112,7 @@ class Conversation:
         client, request = ctx.model_call(self.stage, list(self.messages), **options)
         turn = await stream_turn(
             ctx.run,
+            ctx.out,
             ctx.ids,
             client,
             request,

@@ -13,6 +13,7 @@ returned in call order.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import logging
@@ -25,15 +26,17 @@ from opentelemetry.trace import StatusCode
 
 from service.core import events, instruments
 from service.core.errors import AgwError
+from service.core.eventlog import Emitter
 from service.core.observe import observe_tool
-from service.core.run import Run
+from service.core.ports import RunBus
+from service.core.runstate import RunState
 from service.core.tools import permissions, questions
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.guards import LoopDetector, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolRegistry
 from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
 from service.core.turn import ToolCall
-from service.core.waits import Waits, WaitTimedOut
+from service.core.waits import WaitTimedOut
 
 log = logging.getLogger("agw.tools")
 
@@ -65,17 +68,25 @@ class ToolExecutor:
 
     def __init__(
         self,
-        run: Run,
+        run: RunState,
+        out: Emitter,
         registry: ToolRegistry,
-        waits: Waits,
+        bus: RunBus,
         permission: Callable[[str], str] = lambda _name: "ALLOW",
     ) -> None:
         self.run = run
+        self.out = out
         self.registry = registry
-        self.waits = waits
+        self.bus = bus
         self.permission = permission
         self.memory = ResultMemory()
         self.loops = LoopDetector()
+
+    def scoped(self, out: Emitter) -> ToolExecutor:
+        """This executor emitting through `out` (a task's scope), sharing its memory."""
+        scoped = copy.copy(self)
+        scoped.out = out
+        return scoped
 
     async def execute(
         self, calls: Sequence[ToolCall], tools: Mapping[str, ToolDefinition]
@@ -99,7 +110,7 @@ class ToolExecutor:
             try:
                 repeats = self.loops.check(call.name, call.arguments)
                 if repeats:
-                    self.run.emit(events.loop_detect(call.name, call.arguments, repeats))
+                    self.out.emit(events.loop_detect(call.name, call.arguments, repeats))
                     raise ToolError(loop_message(call.name, repeats))
                 result = truncate_output(await self._run(call, tools.get(call.name), tools))
                 outcome = ToolOutcome(call, result)
@@ -109,7 +120,13 @@ class ToolExecutor:
             outcome.duration_ms = (time.monotonic() - started) * 1000
             self.report(outcome)
             observe_tool(
-                self.run, call.id, call.name, call.kind, outcome.duration_ms, outcome.error
+                self.run,
+                self.out,
+                call.id,
+                call.name,
+                call.kind,
+                outcome.duration_ms,
+                outcome.error,
             )
             return outcome
 
@@ -121,10 +138,10 @@ class ToolExecutor:
         """Emit the outcome's result event."""
         call = outcome.call
         if call.kind == "action":
-            self.run.emit(events.action_result(call.id, _plain(outcome.result)))
+            self.out.emit(events.action_result(call.id, _plain(outcome.result)))
         else:
             result = _plain(outcome.result)
-            self.run.emit(events.tool_result(call.id, result, error=outcome.error))
+            self.out.emit(events.tool_result(call.id, result, error=outcome.error))
         if not outcome.error:
             self.memory.record(call.name, outcome.result)
         return outcome
@@ -139,13 +156,13 @@ class ToolExecutor:
             offered = ", ".join(sorted(tools)) or "none"
             raise ToolError(f"unknown tool '{call.name}' (offered tools: {offered})")
         arguments = self._arguments(call)
-        await permissions.check(self.run, self.waits, call, self.permission(call.name))
+        await permissions.check(self.out, self.bus, call, self.permission(call.name))
         if definition.kind == "action":
-            self.run.emit(events.action_param(call.id, arguments))
+            self.out.emit(events.action_param(call.id, arguments))
             return ACTION_RESULT
         if definition.kind == "frontend":
             try:
-                return await self.waits.wait(self.run, call.id, call.name)
+                return await self.bus.wait(self.out, call.id, call.name)
             except WaitTimedOut as timed_out:
                 raise ToolError(
                     f"the user did not answer '{call.name}' within {timed_out.timeout_s:g} s"
@@ -175,12 +192,12 @@ class ToolExecutor:
             raise ToolError(f"backend tool '{call.name}' has no implementation")
         timeout = definition.timeout_s or self.registry.default_timeout_s
         info = ToolCallInfo(
-            self.run.run_id,
-            self.run.chat_id,
+            self.out.run_id,
+            self.out.chat_id,
             call.id,
             call.name,
-            self.run.task_id,
-            ask=functools.partial(questions.ask, self.run, self.waits),
+            self.out.task_id,
+            ask=functools.partial(questions.ask, self.out, self.bus),
         )
         try:
             async with asyncio.timeout(timeout) as deadline:

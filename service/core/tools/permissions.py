@@ -11,12 +11,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from agw.v1 import events_pb2 as pb
-
-from service.core.run import Run
+from service.core import events
+from service.core.eventlog import Emitter
+from service.core.ports import RunBus
 from service.core.tools.definitions import ToolError
 from service.core.turn import ToolCall
-from service.core.waits import Waits, WaitTimedOut
+from service.core.waits import WaitTimedOut
 
 YES = frozenset({"allow", "allowed", "yes", "y", "ok", "approve", "true"})
 
@@ -30,33 +30,30 @@ def allowed(payload: Any) -> bool:
     return payload is True
 
 
-async def check(run: Run, waits: Waits, call: ToolCall, permission: str) -> None:
+async def check(out: Emitter, bus: RunBus, call: ToolCall, permission: str) -> None:
     """Return when `call` may run; raise ToolError (fed back to the model) when not."""
     if permission == "ALLOW":
         return
     if permission == "DENY":
         raise ToolError(f"'{call.name}' is not permitted for this agent")
     permission_id = "perm_" + secrets.token_hex(4)
-    run.emit(
-        pb.Event(
-            permission_ask=pb.PermissionAsk(
-                permission_id=permission_id,
-                tool_id=call.id,
-                tool_name=call.name,
-                arguments=call.arguments,
-                timeout_ms=round(waits.timeout_s * 1000),
-            )
+    out.emit(
+        events.make(
+            "permission_ask",
+            permission_id=permission_id,
+            tool_id=call.id,
+            tool_name=call.name,
+            arguments=call.arguments,
+            timeout_ms=round(bus.wait_timeout_s * 1000),
         )
     )
     try:
-        granted, reason = allowed(await waits.wait(run, permission_id, call.name)), "user"
+        granted, reason = allowed(await bus.wait(out, permission_id, call.name)), "user"
     except WaitTimedOut:
         granted, reason = False, "timeout"
-    run.emit(
-        pb.Event(
-            permission_answer=pb.PermissionAnswer(
-                permission_id=permission_id, allowed=granted, reason=reason
-            )
+    out.emit(
+        events.make(
+            "permission_answer", permission_id=permission_id, allowed=granted, reason=reason
         )
     )
     if not granted:

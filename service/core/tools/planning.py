@@ -13,8 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agw.v1 import events_pb2 as pb
-
+from service.core import events
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
 from service.core.tools.definitions import ToolDefinition
 
@@ -72,13 +71,6 @@ PLAN_UPDATE_TASK = ToolDefinition(
 PLANNING_DEFINITIONS = {d.name: d for d in (PLAN_ADD_TASKS, PLAN_UPDATE_TASK)}
 
 Status = Literal["init", "in_progress", "completed", "failed", "canceled"]
-_STATUS = {
-    "init": pb.TASK_STATUS_INIT,
-    "in_progress": pb.TASK_STATUS_IN_PROGRESS,
-    "completed": pb.TASK_STATUS_COMPLETED,
-    "failed": pb.TASK_STATUS_FAILED,
-    "canceled": pb.TASK_STATUS_CANCELED,
-}
 
 
 @dataclass(slots=True)
@@ -99,13 +91,9 @@ class Plan:
         self.tasks += added
         return added
 
-    def to_pb(self) -> pb.Plan:
-        return pb.Plan(
-            tasks=[
-                pb.Task(task_id=t.task_id, description=t.description, status=_STATUS[t.status])
-                for t in self.tasks
-            ]
-        )
+    def to_pb(self) -> Any:
+        """The plan as the contract's `Plan` message."""
+        return events.plan([(t.task_id, t.description, t.status) for t in self.tasks])
 
     def outline(self) -> str:
         """The plan as lines of text, with statuses and results so far."""

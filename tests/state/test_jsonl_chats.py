@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from service.core.errors import ChatNotFound, InvalidRequest
-from service.core.jsonl_store import JsonlChatStore, repair_torn_tail, upgrade_record
+from service.state.jsonl_chats import JsonlChatStore, repair_torn_tail, upgrade_record
 
 
 def query(chat: str, run: str, message: str = "hello", ts: int = 1) -> dict:
@@ -45,7 +45,7 @@ async def test_append_then_read_back(tmp_path: Path) -> None:
     records = await store.read("c1")
     assert [r["_type"] for r in records] == ["query", "step", "step"]
     assert (tmp_path / "c1.json").read_text().count("\n") == 3
-    summary = store.summary("c1")
+    summary = await store.summary("c1")
     assert summary is not None
     assert (summary.chat_name, summary.agent_key, summary.run_count) == ("hello", "a", 1)
 
@@ -96,19 +96,19 @@ async def test_list_is_newest_first_and_paged(tmp_path: Path) -> None:
     store = JsonlChatStore(tmp_path)
     for n in range(5):
         await store.append(f"c{n}", [query(f"c{n}", "r", f"chat {n}", ts=100 + n)])
-    page, cursor = store.page(2)
+    page, cursor = await store.page(2)
     assert [s.chat_id for s in page] == ["c4", "c3"]
-    page, cursor = store.page(2, cursor)
+    page, cursor = await store.page(2, cursor)
     assert [s.chat_id for s in page] == ["c2", "c1"]
-    page, cursor = store.page(2, cursor)
+    page, cursor = await store.page(2, cursor)
     assert [s.chat_id for s in page] == ["c0"] and cursor == ""
     reopened = JsonlChatStore(tmp_path)
-    reopened.load_index()
-    assert [s.chat_id for s in reopened.page(10)[0]] == ["c4", "c3", "c2", "c1", "c0"]
+    await reopened.open()
+    assert [s.chat_id for s in (await reopened.page(10))[0]] == ["c4", "c3", "c2", "c1", "c0"]
 
 
 async def test_fsync_failure_makes_the_chat_read_only(tmp_path: Path, monkeypatch) -> None:
-    from service.core.jsonl_store import StoreFailed
+    from service.state.jsonl_chats import StoreFailed
 
     store = JsonlChatStore(tmp_path, fsync="always")
 
@@ -126,7 +126,7 @@ async def test_fsync_failure_makes_the_chat_read_only(tmp_path: Path, monkeypatc
 WRITER = """
 import asyncio, sys
 from pathlib import Path
-from service.core.jsonl_store import JsonlChatStore
+from service.state.jsonl_chats import JsonlChatStore
 
 async def main():
     store = JsonlChatStore(Path(sys.argv[1]), fsync="never")

@@ -1,4 +1,4 @@
-"""Event logs of ended runs, on disk, so a client can re-attach after the run left memory.
+"""The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left memory.
 
 Each run's complete log is written once when the run ends, as length-delimited
 `agw.v1.Event` messages in `{dir}/{runId}.events` (written to a temporary file
@@ -11,21 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf.internal.decoder import _DecodeVarint32  # type: ignore[attr-defined]
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
 
 from service.core.events import Event
+from service.core.ids import valid_run_id
 
 log = logging.getLogger("agw.store")
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class RunArchive:
-    """Writes and reads the event logs of ended runs."""
+class FileRunLog:
+    """Writes and reads the event logs of ended runs, one file each."""
 
     def __init__(self, directory: Path, ttl_s: float) -> None:
         self.directory = directory
@@ -33,9 +33,12 @@ class RunArchive:
         self._last_prune = 0.0
 
     def _path(self, run_id: str) -> Path | None:
-        return self.directory / f"{run_id}.events" if _RUN_ID.match(run_id) else None
+        return self.directory / f"{run_id}.events" if valid_run_id(run_id) else None
 
-    async def save(self, run_id: str, events: list[Event]) -> None:
+    async def open(self) -> None:
+        await asyncio.to_thread(self.prune)
+
+    async def save(self, run_id: str, events: Sequence[Event]) -> None:
         path = self._path(run_id)
         if path is None:
             return

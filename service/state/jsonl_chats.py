@@ -1,4 +1,4 @@
-"""Chat records as JSONL files: `{dir}/{chatId}.json`, one record per line.
+"""The JSONL `ChatStore`: `{dir}/{chatId}.json`, one record per line.
 
 Durability and crash safety:
 - Each record is one `write()` of one line on an `O_APPEND` descriptor.
@@ -24,32 +24,23 @@ import asyncio
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Literal
 
-from service.core.chats import ChatSummary, Record, chat_name_of
-from service.core.errors import AgwError, ChatNotFound, InvalidRequest
+from service.core.errors import AgwError, ChatNotFound
+from service.core.ids import check_chat_id, valid_chat_id
+from service.core.ports import ChatSummary, Record
+from service.state.summaries import page_of, summarize
 
 log = logging.getLogger("agw.store")
 
 FsyncPolicy = Literal["run", "always", "never"]
-_CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class StoreFailed(AgwError):
     """A chat file could not be made durable; it accepts no more appends."""
 
     reason = "STORE_FAILED"
-
-
-def check_chat_id(chat_id: str) -> str:
-    """Chat ids become file names: letters, digits, `_`, `-`, `.`; at most 128."""
-    if not _CHAT_ID.match(chat_id) or ".." in chat_id:
-        raise InvalidRequest(
-            f"invalid chatId {chat_id!r}: use 1-128 letters, digits, '_', '-' or '.'"
-        )
-    return chat_id
 
 
 def upgrade_record(record: Record) -> Record:
@@ -79,43 +70,27 @@ class JsonlChatStore:
 
     # Index ----------------------------------------------------------------------
 
+    async def open(self) -> None:
+        await asyncio.to_thread(self.load_index)
+
     def load_index(self) -> None:
         """Scan the directory once at start-up to build the chat summaries."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for path in self.directory.glob("*.json"):
             chat_id = path.stem
-            if not _CHAT_ID.match(chat_id):
+            if not valid_chat_id(chat_id):
                 continue
             for record in self._read_file(path):
                 self._index(chat_id, record)
 
     def _index(self, chat_id: str, record: Record) -> None:
-        updated = int(record.get("updatedAt") or 0)
-        summary = self._summaries.get(chat_id)
-        if summary is None:
-            query = record.get("query") or {}
-            summary = ChatSummary(
-                chat_id=chat_id,
-                chat_name=chat_name_of(str(query.get("message") or "")),
-                agent_key=str(query.get("agentKey") or ""),
-                created_at=updated,
-                updated_at=updated,
-                run_count=0,
-            )
-            self._summaries[chat_id] = summary
-        if record.get("_type") == "query":
-            summary.run_count += 1
-        summary.updated_at = max(summary.updated_at, updated)
+        summarize(self._summaries, chat_id, record)
 
-    def summary(self, chat_id: str) -> ChatSummary | None:
+    async def summary(self, chat_id: str) -> ChatSummary | None:
         return self._summaries.get(chat_id)
 
-    def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
-        ordered = sorted(self._summaries.values(), key=lambda s: (-s.updated_at, s.chat_id))
-        start = int(cursor) if cursor.isdigit() else 0
-        page = ordered[start : start + limit]
-        more = start + limit < len(ordered)
-        return page, str(start + limit) if more else ""
+    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
+        return page_of(self._summaries.values(), limit, cursor)
 
     # Writing --------------------------------------------------------------------
 

@@ -1,0 +1,104 @@
+"""What the transports ask of the core, in the core's own types.
+
+The transports decode their requests (Protobuf, JSON) into these commands at
+the edge (`service/transport/codec.py`); the front door (`service.core.frontdoor`)
+takes nothing else. Free-form fields (`params`, `scene`, a submitted payload)
+are plain JSON values here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Literal
+
+#: What a query on a chat that has an active run does: fail, wait its turn, or stop the run.
+Strategy = Literal["reject", "enqueue", "interrupt"]
+
+#: How a submitted answer was taken.
+SubmitOutcome = Literal["ACCEPTED", "UNKNOWN_RUN", "UNKNOWN_TOOL", "ALREADY_ANSWERED", "EXPIRED"]
+
+
+class DebugLevel(IntEnum):
+    """Which debug events a run emits; each level includes the ones below it."""
+
+    OFF = 0
+    BASIC = 1  # usage.update, tool.timing
+    STANDARD = 2  # model.start / model.end with truncated input and output
+    FULL = 3  # the same, untruncated
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A file (an upload id) or a URL a query refers to."""
+
+    id: str = ""
+    type: str = ""
+    name: str = ""
+    url: str = ""
+    mime_type: str = ""
+    size_bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCommand:
+    """Start a run of `agent_key` on a chat (a new one when `chat_id` is empty)."""
+
+    agent_key: str
+    message: str
+    chat_id: str = ""
+    request_id: str = ""
+    role: str = "user"
+    references: tuple[Reference, ...] = ()
+    params: dict[str, Any] | None = None
+    scene: dict[str, Any] | None = None
+    stream: bool = True
+    debug_level: DebugLevel | None = None  # None: the service's default
+    strategy: Strategy | None = None  # None: the service's default
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitCommand:
+    """A user's answer to a tool (or question, or approval) a run waits on."""
+
+    run_id: str
+    tool_id: str
+    payload: Any = None
+    chat_id: str = ""  # when given, the run must belong to this chat
+    request_id: str = ""
+    view_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """What happened to a submitted payload."""
+
+    outcome: SubmitOutcome
+    detail: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome == "ACCEPTED"
+
+
+@dataclass(frozen=True, slots=True)
+class UploadCommand:
+    """Store a file that later queries can reference."""
+
+    name: str
+    content: bytes
+    mime_type: str = ""
+    chat_id: str = ""
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class ChatView:
+    """A chat as GetChat shows it: its replayed events, and its records on request."""
+
+    chat_id: str
+    chat_name: str
+    events: list[Any] = field(default_factory=list)  # agw.v1.Event, in snapshot form
+    records: list[dict[str, Any]] = field(default_factory=list)  # with include_records only
+    references: list[dict[str, Any]] = field(default_factory=list)  # as stored (camelCase)

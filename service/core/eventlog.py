@@ -1,0 +1,219 @@
+"""A run's event log: the envelope of every event, its open blocks, and its readers.
+
+The log *is* the channel. Whatever produces a run's events appends them here;
+each reader follows the log from its own position and waits when it has caught
+up. A reader therefore never stalls the run, never holds a queue of its own, and
+re-joining from any `seq` is a read of the log from that index — no gap, no
+duplicate.
+
+`EventLog.emit` guarantees the stream's invariants: seq counts from 1 without
+holes, every `*.start` still open when the run ends gets its `*.end`, and
+exactly one terminal event is appended, after which the log is closed.
+
+Producers write through an `Emitter` (`log.scope(task_id=...)`): a scoped
+emitter stamps its task id on what it emits, so several plan tasks can stream
+into one log at once, each event carrying its own `taskId`. Observers (the chat
+recorder, metrics) subscribe with `observe` and see every appended event, in
+order, synchronously — like any reader, but without a position to keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from typing import Any, overload
+
+from service.core import events
+from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
+from service.core.middleware import hooks
+
+Observer = Callable[[Event], None]
+
+
+class EventLog(Sequence[Event]):
+    """The ordered, append-only events of one run."""
+
+    def __init__(
+        self,
+        run_id: str,
+        chat_id: str,
+        middlewares: Sequence[object] = (),
+        *,
+        subject: Any = None,
+    ) -> None:
+        self.run_id = run_id
+        self.chat_id = chat_id
+        # What the middlewares' `on_event(run, event)` receive as `run` (the run's state).
+        self.subject = subject
+        self.subscribers = 0  # readers following the log right now
+        self.on_unwatched: Callable[[EventLog], None] | None = None  # last reader left
+        self._events: list[Event] = []
+        self._observers: list[Observer] = []
+        self._on_event = hooks(middlewares, "on_event")
+        self._dropped: set[str] = set()  # ids of blocks whose start a middleware dropped
+        self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
+        self._waiters: list[asyncio.Future[None]] = []
+        self._finished = asyncio.Event()
+
+    # -- the sequence ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | Sequence[Event]:
+        return self._events[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    @property
+    def done(self) -> bool:
+        """Whether the terminal event has been appended."""
+        return self._finished.is_set()
+
+    @property
+    def terminal(self) -> Event | None:
+        return self._events[-1] if self.done else None
+
+    # -- writing -----------------------------------------------------------------------
+
+    def scope(self, task_id: str = "") -> Emitter:
+        """An emitter whose events carry `task_id` (none: the run's own events)."""
+        return Emitter(self, task_id)
+
+    def observe(self, observer: Observer) -> None:
+        """Call `observer` with every event appended from now on."""
+        self._observers.append(observer)
+
+    def emit(self, event: Event) -> Event:
+        """Stamp the envelope on `event`, append it and wake the readers."""
+        if self.done:
+            raise RuntimeError(f"run {self.run_id} already ended; cannot emit {event}")
+        field: str | None = event.WhichOneof("payload")
+        if field is None:
+            raise ValueError("event without payload")
+        event.type = EVENT_TYPES[field]
+        event.timestamp = time.time_ns() // 1_000_000
+        event.chat_id = self.chat_id
+        event.run_id = self.run_id
+        if self._on_event:
+            kept = self._apply_middlewares(event, field)
+            if kept is None:
+                return event
+            event, field = kept
+        event.seq = len(self._events) + 1
+        if field in BLOCKS:
+            self._open[getattr(getattr(event, field), BLOCKS[field][1])] = event
+        elif field in BLOCK_ENDS:
+            self._open.pop(getattr(getattr(event, field), BLOCK_ENDS[field]), None)
+        self._events.append(event)
+        for observer in self._observers:
+            observer(event)
+        if field in TERMINALS:
+            self._finished.set()
+        self._wake()
+        return event
+
+    def _apply_middlewares(self, event: Event, field: str) -> tuple[Event, str] | None:
+        """Pass `event` through the middlewares; None when it is dropped."""
+        original = event
+        for on_event in self._on_event:
+            changed = on_event(self.subject, event)
+            if changed is None:
+                if field in TERMINALS:  # a run always ends with its terminal event
+                    event = original
+                    break
+                if field in BLOCKS:
+                    self._dropped.add(getattr(getattr(event, field), BLOCKS[field][1]))
+                return None
+            event = changed
+        new_field: str | None = event.WhichOneof("payload")
+        if new_field is None:
+            raise ValueError("a middleware returned an event without payload")
+        if field in TERMINALS and new_field not in TERMINALS:
+            event, new_field = original, field
+        if new_field != field:
+            event.type = EVENT_TYPES[new_field]
+        if new_field in BLOCK_ENDS and self._dropped:
+            block_id = getattr(getattr(event, new_field), BLOCK_ENDS[new_field])
+            if block_id in self._dropped:
+                self._dropped.discard(block_id)
+                return None
+        return event, new_field
+
+    def finish(self, terminal: Event) -> Event:
+        """Close every open block (innermost first), then append the terminal event."""
+        for start in reversed(list(self._open.values())):
+            self.emit(events.end_of(start))
+        return self.emit(terminal)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def wait(self) -> None:
+        """Wait until the terminal event has been appended."""
+        await self._finished.wait()
+
+    async def follow(self, after_seq: int = 0) -> AsyncGenerator[Event, None]:
+        """The events with seq > `after_seq`: the appended ones, then the live ones, to the end."""
+        index = max(after_seq, 0)
+        log = self._events
+        self.subscribers += 1
+        try:
+            while True:
+                while index < len(log):
+                    index += 1
+                    yield log[index - 1]
+                if self.done:
+                    return
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+        finally:
+            self.subscribers -= 1
+            if self.subscribers == 0 and not self.done and self.on_unwatched is not None:
+                self.on_unwatched(self)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class Emitter:
+    """Writes into a run's log on behalf of one scope: the run itself, or one plan task."""
+
+    __slots__ = ("log", "task_id")
+
+    def __init__(self, log: EventLog, task_id: str = "") -> None:
+        self.log = log
+        self.task_id = task_id
+
+    @property
+    def run_id(self) -> str:
+        return self.log.run_id
+
+    @property
+    def chat_id(self) -> str:
+        return self.log.chat_id
+
+    @property
+    def done(self) -> bool:
+        return self.log.done
+
+    def emit(self, event: Event) -> Event:
+        """Append `event`, stamped with this scope's task id unless it names its own."""
+        if self.task_id and not event.task_id:
+            event.task_id = self.task_id
+        return self.log.emit(event)
+
+    def scope(self, task_id: str) -> Emitter:
+        """An emitter for `task_id` on the same log."""
+        return Emitter(self.log, task_id)

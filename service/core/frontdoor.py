@@ -1,0 +1,424 @@
+"""The core's front door: starts runs, finds them, answers and cancels them, shows chats.
+
+The transports decode their requests into core commands and call this and
+nothing else; this talks to the state ports (`ChatStore`, `RunLog`, `RunBus`)
+and never to a concrete store. Failures before a run exists are raised as
+`AgwError`s (the transport turns them into statuses); once `query` returns,
+every outcome is an event of the run.
+
+Per chat, at most one run is active. A query on a busy chat follows its
+multitask strategy (the query's, else the service's): reject it, enqueue it
+until the active run ends, or interrupt the active run. A run outlives the
+client that started it (by default): it can be re-joined with `attach` while
+it runs, for `retention_s` after it ended from memory, then from the run log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import secrets
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.core import events
+from service.core.agent_registry import AgentRegistry
+from service.core.agents import AgentDefinition
+from service.core.commands import (
+    ChatView,
+    DebugLevel,
+    QueryCommand,
+    Strategy,
+    SubmitCommand,
+    SubmitResult,
+    UploadCommand,
+)
+from service.core.errors import Conflict, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
+from service.core.eventlog import EventLog
+from service.core.history import replay
+from service.core.ids import chat_name_of, check_chat_id
+from service.core.memory import conversation, estimate_tokens, fit
+from service.core.middleware import hooks
+from service.core.modes import MODES
+from service.core.observe import Pricing
+from service.core.ports import ChatStore, ChatSummary, RunBus, RunLog
+from service.core.recorder import ChatRecorder, user_message
+from service.core.runner import Mode, ModelRouter, RunContext, execute, resolve_model
+from service.core.runstate import Accounting, RunState
+from service.core.tools.registry import ToolRegistry
+from service.core.turn import Ids
+from service.core.uploads import StoredUpload, UploadStore
+
+log = logging.getLogger("agw.runtime")
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+
+class ChatBusy(Conflict):
+    """The chat has an active run and the query's strategy is to reject."""
+
+    reason = "CHAT_BUSY"
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoorOptions:
+    max_active_runs: int = 1000
+    memory_runs: int = 20
+    multitask_strategy: Strategy = "reject"
+    unwatched_run_ttl_s: float = 600.0
+    retention_s: float = 60.0
+    image_input: Any = None  # callable(provider key) -> bool; None: never
+    inline_text_bytes: int = 32 * 1024
+    middlewares: tuple[object, ...] = ()
+    pricing: Pricing | None = None
+    context_max_tokens: int = 0  # budget of the chat memory given to the model; 0: no limit
+    currency: str = "USD"
+    debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
+
+
+class FrontDoor:
+    """Starts and tracks the runs of the loaded agents."""
+
+    def __init__(
+        self,
+        agents: AgentRegistry,
+        models: ModelRouter,
+        *,
+        chats: ChatStore,
+        run_log: RunLog,
+        bus: RunBus,
+        uploads: UploadStore,
+        tools: ToolRegistry | None = None,
+        options: FrontDoorOptions = FrontDoorOptions(),
+    ) -> None:
+        self.agents = agents
+        self.models = models
+        self.chats = chats
+        self.run_log = run_log
+        self.bus = bus
+        self.uploads = uploads
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.options = options
+        self.draining = False
+        self._active: set[RunState] = set()  # the runs this process executes
+        self._recorders: dict[str, ChatRecorder] = {}  # the latest recorder of each chat
+        self._starting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._finishing: set[asyncio.Task[None]] = set()
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._active)
+
+    # -- agents ------------------------------------------------------------------------
+
+    def list_agents(self) -> builtins.list[AgentDefinition]:
+        return self.agents.list()
+
+    def get_agent(self, agent_key: str) -> AgentDefinition:
+        if not agent_key:
+            raise InvalidRequest("agentKey is required")
+        return self.agents.get(agent_key)
+
+    # -- runs --------------------------------------------------------------------------
+
+    async def query(self, command: QueryCommand) -> RunState:
+        """Validate `command`, start its run, and return the run (already streaming)."""
+        self._check_accepting()
+        if not command.agent_key:
+            raise InvalidRequest("agentKey is required")
+        if not command.message.strip():
+            raise InvalidRequest("message is required")
+        if command.chat_id:
+            check_chat_id(command.chat_id)
+        agent = self.agents.get(command.agent_key)
+        mode = MODES.get(agent.mode)
+        if mode is None:
+            raise InvalidRequest(f"agent {agent.key!r}: mode {agent.mode} is not available")
+        for stage in agent.stage_names:  # fail fast on an unknown provider or model
+            resolve_model(self.models, agent.stage(stage), [])
+            self.tools.for_stage(agent.stage(stage), agent.tool_policy)  # and on unknown tools
+        chat_id = command.chat_id or str(uuid.uuid4())
+        lock = self._starting.setdefault(chat_id, asyncio.Lock())
+        async with lock:  # one query at a time gets through the start of a chat's run
+            return await self._start(command, agent, mode, chat_id)
+
+    async def _start(
+        self, command: QueryCommand, agent: AgentDefinition, mode: Mode, chat_id: str
+    ) -> RunState:
+        await self._wait_for_chat(chat_id, command.strategy)
+        self._check_accepting()
+        previous = self._recorders.get(chat_id)
+        if previous is not None:  # the chat's last run must be fully written before we read it
+            await previous.closed()
+        new_chat = await self.chats.summary(chat_id) is None
+        history = (
+            []
+            if new_chat
+            else conversation(await self.chats.read(chat_id), self.options.memory_runs)
+        )
+        provider = agent.stage(agent.stage_names[0]).model.provider_key or self.models.default_key
+        parts = await self._reference_parts(command, provider)
+        query_event = events.request_query(command, command.request_id or str(uuid.uuid4()))
+        query_record = events.to_dict(query_event.request_query)
+        query_record["chatId"] = chat_id
+
+        # Nothing may fail from here until the run's task owns the run.
+        options = self.options
+        run = RunState(
+            EventLog(secrets.token_hex(8), chat_id, options.middlewares),
+            agent.key,
+            debug_level=(
+                options.debug_level if command.debug_level is None else command.debug_level
+            ),
+            accounting=Accounting(currency=options.currency, pricing=options.pricing),
+        )
+        for on_run_start in hooks(options.middlewares, "on_run_start"):
+            on_run_start(run)
+        self.bus.register(run)
+        self._active.add(run)
+        recorder = ChatRecorder(
+            self.chats,
+            run,
+            query_record,
+            user_message(command.message, parts),
+            agent.stage_names[0],
+        )
+        self._recorders[chat_id] = recorder
+        out = run.log.scope()
+        out.emit(query_event)
+        if new_chat:
+            out.emit(events.chat_start(chat_name_of(command.message)))
+        out.emit(events.run_start(agent.key))
+        if options.context_max_tokens:
+            history = self._fit_context(run.log, history)
+        model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
+        if parts:
+            model_user["content"] = [{"type": "text", "text": command.message}, *parts]
+        context = RunContext(
+            run,
+            out,
+            agent,
+            command,
+            self.models,
+            self.bus,
+            Ids(run.run_id),
+            history,
+            model_user,
+            tools=self.tools,
+        )
+        run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
+        run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
+        run.task.add_done_callback(lambda _: self._ended(run, recorder))
+        return run
+
+    def _fit_context(self, log: EventLog, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Drop the oldest turns of the chat's memory that exceed the context budget."""
+        fitted = fit(history, self.options.context_max_tokens)
+        if len(fitted) < len(history):
+            log.emit(
+                events.context_compress(
+                    "truncate",
+                    len(history),
+                    len(fitted),
+                    estimate_tokens(history),
+                    estimate_tokens(fitted),
+                )
+            )
+        return fitted
+
+    def _check_accepting(self) -> None:
+        if self.draining:
+            raise ShuttingDown("the service is shutting down; retry on another instance")
+        if len(self._active) >= self.options.max_active_runs:
+            raise Overloaded(f"too many active runs ({self.options.max_active_runs}); retry later")
+
+    async def _wait_for_chat(self, chat_id: str, strategy: Strategy | None) -> None:
+        strategy = strategy or self.options.multitask_strategy
+        while (active := self.bus.active_of(chat_id)) is not None:
+            if strategy == "reject":
+                raise ChatBusy(
+                    f"chat {chat_id!r} has an active run {active.run_id!r}; wait for it to end, "
+                    "cancel it, or query with multitaskStrategy ENQUEUE or INTERRUPT",
+                    chat_id=chat_id,
+                    run_id=active.run_id,
+                )
+            if strategy == "interrupt":
+                active.cancel("interrupt")
+            await active.wait()
+            await asyncio.sleep(0)  # let the ended run release the chat
+
+    async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
+        image_input = bool(self.options.image_input and self.options.image_input(provider))
+        parts: list[Any] = []
+        for reference in command.references:
+            if reference.id:
+                parts += await self.uploads.content_parts(
+                    reference.id,
+                    image_input=image_input,
+                    inline_text_bytes=self.options.inline_text_bytes,
+                )
+            elif reference.url:
+                parts.append({"type": "text", "text": f"[reference {reference.url}]"})
+        return parts
+
+    @property
+    def runs(self) -> Mapping[str, RunState]:
+        """The runs live or recently ended in this process, by id."""
+        return self.bus.local_runs()
+
+    def get_run(self, run_id: str) -> RunState:
+        """The live (or recently ended) run `run_id` of this process."""
+        run = self.bus.local(run_id)
+        if run is None:
+            raise RunNotFound(f"no active or recent run {run_id!r}", run_id=run_id)
+        return run
+
+    async def is_live(self, run_id: str) -> bool:
+        """Whether `run_id` is running now (its stream will go on)."""
+        run = self.bus.local(run_id)
+        return run is not None and not run.done
+
+    async def attach(self, run_id: str, after_seq: int) -> AsyncGenerator[events.Event, None]:
+        """The run's events after `after_seq`: live or recent, else from the run log."""
+        if after_seq < 0:
+            raise InvalidRequest("afterSeq must be >= 0")
+        if not run_id:
+            raise InvalidRequest("runId is required")
+        followed = await self.bus.follow(run_id, after_seq)
+        if followed is not None:
+            return followed
+        kept = await self.run_log.load(run_id)
+        if kept is None:
+            shown = run_id if len(run_id) <= 64 else run_id[:64] + "…"
+            raise RunNotFound(f"no run {shown!r} (unknown or expired)", run_id=shown)
+
+        async def replay_kept() -> AsyncGenerator[events.Event, None]:
+            for event in kept[after_seq:]:
+                yield event
+
+        return replay_kept()
+
+    async def submit(self, command: SubmitCommand) -> SubmitResult:
+        """Deliver a user's answer to a waiting tool of a run."""
+        return await self.bus.submit(command)
+
+    async def cancel(self, run_id: str, reason: str = "cancel") -> bool:
+        """Stop a running run; False when it had already ended."""
+        if not run_id:
+            raise InvalidRequest("runId is required")
+        cancelled = await self.bus.cancel(run_id, reason)
+        if cancelled is None:
+            shown = run_id if len(run_id) <= 64 else run_id[:64] + "…"
+            raise RunNotFound(f"no active or recent run {shown!r}", run_id=shown)
+        return cancelled
+
+    def _arm_unwatched_timer(self, run: RunState) -> None:
+        def expire() -> None:
+            if run.log.subscribers == 0 and not run.done:
+                log.info(
+                    "run %s had no watcher for %.0fs; cancelling",
+                    run.run_id,
+                    self.options.unwatched_run_ttl_s,
+                )
+                run.cancel("abandoned")
+
+        asyncio.get_running_loop().call_later(self.options.unwatched_run_ttl_s, expire)
+
+    # -- chats and uploads -------------------------------------------------------------
+
+    async def list_chats(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> tuple[builtins.list[ChatSummary], str]:
+        """A page of chats, newest first, and the token of the next page ("" at the end)."""
+        if page_size < 0:
+            raise InvalidRequest("pageSize must be >= 0")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        return await self.chats.page(size, page_token)
+
+    async def get_chat(self, chat_id: str, *, include_records: bool = False) -> ChatView:
+        """The chat's history as replayable events (and its raw records on request)."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        records = await self.chats.read(chat_id)
+        summary = await self.chats.summary(chat_id)
+        return ChatView(
+            chat_id=chat_id,
+            chat_name=summary.chat_name if summary else "",
+            events=replay(records),
+            records=records if include_records else [],
+            references=[
+                ref
+                for r in records
+                if r.get("_type") == "query"
+                for ref in (r.get("query") or {}).get("references") or []
+            ],
+        )
+
+    async def upload(self, command: UploadCommand) -> StoredUpload:
+        """Store an uploaded file that later queries can reference."""
+        if command.chat_id:
+            check_chat_id(command.chat_id)
+        return await self.uploads.save(
+            command.name, command.content, command.mime_type, command.chat_id
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Prepare the stores before the first request."""
+        await self.chats.open()
+        await self.run_log.open()
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
+        self.draining = True
+        active = list(self._active)
+        if active:
+            log.info("draining %d active runs (grace %.1fs)", len(active), grace_s)
+            waiters = [asyncio.ensure_future(r.wait()) for r in active]
+            _, pending = await asyncio.wait(waiters, timeout=grace_s)
+            for waiter in pending:
+                waiter.cancel()
+        for run in list(self._active):
+            run.cancel("shutdown")
+        remaining = [r.task for r in self._active if r.task is not None]
+        if remaining:
+            await asyncio.wait(remaining, timeout=5.0)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until every ended run is recorded and kept in the run log."""
+        while self._finishing:
+            await asyncio.wait(list(self._finishing), timeout=10.0)
+
+    def _ended(self, run: RunState, recorder: ChatRecorder) -> None:
+        self._active.discard(run)
+        for on_run_end in hooks(self.options.middlewares, "on_run_end"):
+            try:
+                on_run_end(run, run.terminal)
+            except Exception:
+                log.exception("middleware on_run_end failed for run %s", run.run_id)
+        self.bus.ended(run)
+        task = asyncio.create_task(self._keep(run, recorder), name=f"keep-{run.run_id}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _keep(self, run: RunState, recorder: ChatRecorder) -> None:
+        try:
+            await recorder.closed()
+            if self._recorders.get(run.chat_id) is recorder:
+                del self._recorders[run.chat_id]
+            await self.run_log.save(run.run_id, run.log)
+        except Exception:
+            log.exception("could not keep the log of run %s", run.run_id)
+        asyncio.get_running_loop().call_later(
+            self.options.retention_s, self.bus.release, run.run_id
+        )

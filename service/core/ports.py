@@ -1,0 +1,143 @@
+"""The state ports: what the core needs to keep and find, whatever keeps it.
+
+- `ChatStore`: the durable, append-only records of each chat (SPEC §6).
+- `RunLog`: the complete event logs of ended runs, for re-attaching later.
+- `RunBus`: the live runs — where their events are followed from, and where a
+  Submit or a Cancel for a run is delivered to the run that waits for it.
+
+Every method that may touch I/O is async. Implementations live in
+`service/state/` (in-process and file-backed ones today); a new backend is a
+new module there plus one line in its registration table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from service.core.commands import SubmitCommand, SubmitResult
+from service.core.events import Event
+
+if TYPE_CHECKING:
+    from service.core.eventlog import Emitter
+    from service.core.runstate import RunState
+
+Record = dict[str, Any]
+
+
+@dataclass(slots=True)
+class ChatSummary:
+    """What ListChats shows of a chat."""
+
+    chat_id: str
+    chat_name: str
+    agent_key: str
+    created_at: int
+    updated_at: int
+    run_count: int
+
+
+class ChatStore(Protocol):
+    """Durable, append-only chat records. Chat ids reaching it are already checked."""
+
+    async def open(self) -> None:
+        """Prepare the store (create its place, load its index) before the first call."""
+        ...
+
+    async def append(self, chat_id: str, records: list[Record]) -> None:
+        """Append `records` to the chat (creating it), atomically per record."""
+        ...
+
+    async def read(self, chat_id: str) -> list[Record]:
+        """Every readable record of the chat, in order; raises ChatNotFound."""
+        ...
+
+    async def summary(self, chat_id: str) -> ChatSummary | None:
+        """The chat's summary, or None when the chat does not exist."""
+        ...
+
+    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
+        """Chats newest first, `limit` at a time; returns the page and the next cursor."""
+        ...
+
+    async def sync(self, chat_id: str) -> None:
+        """Make the chat's appended records durable, per the store's policy."""
+        ...
+
+
+class RunLog(Protocol):
+    """The event logs of ended runs, kept for a while after the run left memory."""
+
+    async def open(self) -> None:
+        """Prepare the log (create its place, prune what expired)."""
+        ...
+
+    async def save(self, run_id: str, events: Sequence[Event]) -> None:
+        """Keep the complete log of an ended run."""
+        ...
+
+    async def load(self, run_id: str) -> list[Event] | None:
+        """The run's events, or None when the run was never kept (or expired)."""
+        ...
+
+
+class RunBus(Protocol):
+    """The live runs of the service, and the messages addressed to them.
+
+    The run's owner registers it when it starts, marks it ended when its
+    terminal event is out, and releases it once it is no longer kept for
+    re-attaching. Anyone may follow a run's events, cancel it, or answer the
+    tools it waits on; the owner's tools wait through `wait`.
+    """
+
+    @property
+    def wait_timeout_s(self) -> float:
+        """How long a tool waits for its answer unless it says otherwise."""
+        ...
+
+    def register(self, run: RunState) -> None:
+        """A run started here; it is the active run of its chat."""
+        ...
+
+    def ended(self, run: RunState) -> None:
+        """The run's terminal event is out; its chat is free. It can still be followed."""
+        ...
+
+    def release(self, run_id: str) -> None:
+        """Forget the run and its waits."""
+        ...
+
+    def local(self, run_id: str) -> RunState | None:
+        """The run, when it is live (or recently ended) in this process."""
+        ...
+
+    def local_runs(self) -> Mapping[str, RunState]:
+        """The runs live (or recently ended) in this process, by id."""
+        ...
+
+    def active_of(self, chat_id: str) -> RunState | None:
+        """The chat's active run, if any."""
+        ...
+
+    async def follow(self, run_id: str, after_seq: int) -> AsyncGenerator[Event, None] | None:
+        """The run's events after `after_seq`, then live ones; None when it is not known."""
+        ...
+
+    async def cancel(self, run_id: str, reason: str) -> bool | None:
+        """Ask the run to stop: True when asked, False when it had ended, None: unknown."""
+        ...
+
+    async def submit(self, command: SubmitCommand) -> SubmitResult:
+        """Deliver a user's answer to the tool a run waits on."""
+        ...
+
+    async def wait(
+        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+    ) -> Any:
+        """Suspend the run's caller until `tool_id` is answered; WaitTimedOut on time-out."""
+        ...
+
+    def waiting(self, run_id: str) -> list[str]:
+        """The tool ids of the run that wait for an answer right now."""
+        ...

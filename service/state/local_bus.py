@@ -1,0 +1,73 @@
+"""The in-process `RunBus`: live runs in a dict, Submit and Cancel delivered by a call.
+
+One process owns every run it knows, so following a run is reading its
+`EventLog`, cancelling it is cancelling its task, and a Submit resolves the
+waiting tool's future directly (`service.core.waits.Waits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from service.core.commands import SubmitCommand, SubmitResult
+from service.core.eventlog import Emitter
+from service.core.events import Event
+from service.core.runstate import RunState
+from service.core.waits import Waits
+
+
+class LocalRunBus:
+    """The runs of this process, and the answers and cancels addressed to them."""
+
+    def __init__(self, waits: Waits | None = None) -> None:
+        self.waits = waits if waits is not None else Waits()
+        self._runs: dict[str, RunState] = {}
+        self._chats: dict[str, RunState] = {}  # chat id -> its active run
+
+    @property
+    def wait_timeout_s(self) -> float:
+        return self.waits.timeout_s
+
+    def register(self, run: RunState) -> None:
+        self._runs[run.run_id] = run
+        self._chats[run.chat_id] = run
+
+    def ended(self, run: RunState) -> None:
+        if self._chats.get(run.chat_id) is run:
+            del self._chats[run.chat_id]
+
+    def release(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+        self.waits.forget(run_id)
+
+    def local(self, run_id: str) -> RunState | None:
+        return self._runs.get(run_id)
+
+    def local_runs(self) -> Mapping[str, RunState]:
+        return dict(self._runs)
+
+    def active_of(self, chat_id: str) -> RunState | None:
+        return self._chats.get(chat_id)
+
+    async def follow(self, run_id: str, after_seq: int) -> AsyncGenerator[Event, None] | None:
+        run = self._runs.get(run_id)
+        return run.follow(after_seq) if run is not None else None
+
+    async def cancel(self, run_id: str, reason: str) -> bool | None:
+        run = self._runs.get(run_id)
+        return run.cancel(reason) if run is not None else None
+
+    async def submit(self, command: SubmitCommand) -> SubmitResult:
+        run = self._runs.get(command.run_id) if command.run_id else None
+        if run is not None and command.chat_id and command.chat_id != run.chat_id:
+            run = None  # not a run of that chat
+        return self.waits.submit(command, run_known=run is not None)
+
+    async def wait(
+        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+    ) -> Any:
+        return await self.waits.wait(out, tool_id, tool_name, timeout_s)
+
+    def waiting(self, run_id: str) -> list[str]:
+        return self.waits.waiting(run_id)

@@ -1,0 +1,71 @@
+"""In-process `ChatStore` and `RunLog`: nothing survives the process.
+
+For tests, for trying the service out, and for a replica whose history lives
+elsewhere. Records are kept as given (a copy), so reading them back returns
+exactly what was appended.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+
+from service.core.errors import ChatNotFound
+from service.core.events import Event
+from service.core.ports import ChatSummary, Record
+from service.state.summaries import page_of, summarize
+
+
+class MemoryChatStore:
+    """Chats in a dict."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, list[Record]] = {}
+        self._summaries: dict[str, ChatSummary] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def append(self, chat_id: str, records: list[Record]) -> None:
+        kept = self._records.setdefault(chat_id, [])
+        for record in records:
+            kept.append(copy.deepcopy(record))
+            summarize(self._summaries, chat_id, record)
+
+    async def read(self, chat_id: str) -> list[Record]:
+        records = self._records.get(chat_id)
+        if records is None:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        return copy.deepcopy(records)
+
+    async def summary(self, chat_id: str) -> ChatSummary | None:
+        return self._summaries.get(chat_id)
+
+    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
+        return page_of(self._summaries.values(), limit, cursor)
+
+    async def sync(self, chat_id: str) -> None:
+        return None
+
+
+class MemoryRunLog:
+    """Logs of ended runs in a dict, dropped after `ttl_s`."""
+
+    def __init__(self, ttl_s: float = 86400.0) -> None:
+        self.ttl_s = ttl_s
+        self._logs: dict[str, tuple[float, list[Event]]] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def save(self, run_id: str, events: Sequence[Event]) -> None:
+        now = time.monotonic()
+        self._logs = {k: v for k, v in self._logs.items() if now - v[0] < self.ttl_s}
+        self._logs[run_id] = (now, list(events))
+
+    async def load(self, run_id: str) -> list[Event] | None:
+        kept = self._logs.get(run_id)
+        if kept is None or time.monotonic() - kept[0] >= self.ttl_s:
+            return None
+        return list(kept[1])

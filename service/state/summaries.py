@@ -1,0 +1,39 @@
+"""Chat summaries kept beside the records, as ListChats shows them, and their paging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from service.core.ids import chat_name_of
+from service.core.ports import ChatSummary, Record
+
+
+def summarize(summaries: dict[str, ChatSummary], chat_id: str, record: Record) -> None:
+    """Account for `record` in the summary of its chat (creating it on the chat's first)."""
+    updated = int(record.get("updatedAt") or 0)
+    summary = summaries.get(chat_id)
+    if summary is None:
+        query = record.get("query") or {}
+        summary = ChatSummary(
+            chat_id=chat_id,
+            chat_name=chat_name_of(str(query.get("message") or "")),
+            agent_key=str(query.get("agentKey") or ""),
+            created_at=updated,
+            updated_at=updated,
+            run_count=0,
+        )
+        summaries[chat_id] = summary
+    if record.get("_type") == "query":
+        summary.run_count += 1
+    summary.updated_at = max(summary.updated_at, updated)
+
+
+def page_of(
+    summaries: Iterable[ChatSummary], limit: int, cursor: str = ""
+) -> tuple[list[ChatSummary], str]:
+    """One page of chats, newest first, and the cursor of the next page ("" at the end)."""
+    ordered = sorted(summaries, key=lambda s: (-s.updated_at, s.chat_id))
+    start = int(cursor) if cursor.isdigit() and len(cursor) <= 12 else 0
+    page = ordered[start : start + limit]
+    more = start + limit < len(ordered)
+    return page, str(start + limit) if more else ""

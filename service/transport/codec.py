@@ -1,0 +1,233 @@
+"""The one mapping between the contract's requests and enums and the core's commands.
+
+Requests are decoded into core commands here, at the edge, and the core's
+answers encoded into responses; every enum table between the two lives here.
+Free-form JSON fields (`params`, `scene`, a submitted payload) become plain
+JSON values; a value JSON cannot carry (NaN, infinity) is refused as
+`InvalidRequest` before anything is started.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Any
+
+from agw.v1 import events_pb2 as pb
+from agw.v1 import gateway_pb2 as gw
+from google.protobuf import json_format, struct_pb2
+
+from service.core.agents import AgentDefinition
+from service.core.commands import (
+    ChatView,
+    DebugLevel,
+    QueryCommand,
+    Reference,
+    Strategy,
+    SubmitCommand,
+    SubmitOutcome,
+    SubmitResult,
+    UploadCommand,
+)
+from service.core.errors import InvalidRequest
+from service.core.ports import ChatSummary
+from service.core.uploads import StoredUpload
+
+STRATEGIES: dict[int, Strategy] = {
+    gw.MULTITASK_STRATEGY_REJECT: "reject",
+    gw.MULTITASK_STRATEGY_ENQUEUE: "enqueue",
+    gw.MULTITASK_STRATEGY_INTERRUPT: "interrupt",
+}
+
+DEBUG_LEVELS: dict[int, DebugLevel] = {
+    gw.DEBUG_LEVEL_OFF: DebugLevel.OFF,
+    gw.DEBUG_LEVEL_BASIC: DebugLevel.BASIC,
+    gw.DEBUG_LEVEL_STANDARD: DebugLevel.STANDARD,
+    gw.DEBUG_LEVEL_FULL: DebugLevel.FULL,
+}
+
+SUBMIT_OUTCOMES: dict[SubmitOutcome, gw.SubmitOutcome.ValueType] = {
+    "ACCEPTED": gw.SUBMIT_OUTCOME_ACCEPTED,
+    "UNKNOWN_RUN": gw.SUBMIT_OUTCOME_UNKNOWN_RUN,
+    "UNKNOWN_TOOL": gw.SUBMIT_OUTCOME_UNKNOWN_TOOL,
+    "ALREADY_ANSWERED": gw.SUBMIT_OUTCOME_ALREADY_ANSWERED,
+    "EXPIRED": gw.SUBMIT_OUTCOME_EXPIRED,
+}
+
+MODES: dict[str, gw.AgentMode.ValueType] = {
+    "ONESHOT": gw.AGENT_MODE_ONESHOT,
+    "REACT": gw.AGENT_MODE_REACT,
+    "PLAN_EXECUTE": gw.AGENT_MODE_PLAN_EXECUTE,
+}
+
+
+# Requests -> commands -------------------------------------------------------------------
+
+
+def _finite(value: Any, name: str) -> Any:
+    """`value`, refused when it holds a number JSON cannot carry (NaN, ±infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidRequest(f"{name} holds a number JSON cannot carry ({value})")
+    if isinstance(value, dict):
+        for item in value.values():
+            _finite(item, name)
+    elif isinstance(value, list):
+        for item in value:
+            _finite(item, name)
+    return value
+
+
+def _to_json(message: Any, name: str) -> Any:
+    try:
+        return _finite(json_format.MessageToDict(message), name)
+    except ValueError as error:  # NaN or infinity in a number_value
+        raise InvalidRequest(f"{name} holds a value JSON cannot carry ({error})") from None
+
+
+def struct_value(message: struct_pb2.Struct, name: str) -> dict[str, Any]:
+    """A `Struct` field as a JSON object."""
+    return dict(_to_json(message, name))
+
+
+def json_value(message: struct_pb2.Value, name: str) -> Any:
+    """A `Value` field as JSON data (an unset value is null)."""
+    if message.WhichOneof("kind") is None:
+        return None
+    return _to_json(message, name)
+
+
+def query_command(request: gw.QueryRequest) -> QueryCommand:
+    strategy = STRATEGIES.get(request.multitask_strategy)
+    if request.multitask_strategy and strategy is None:
+        raise InvalidRequest(f"unknown multitaskStrategy {request.multitask_strategy}")
+    debug_level = DEBUG_LEVELS.get(request.debug_level)
+    if request.debug_level and debug_level is None:
+        raise InvalidRequest(f"unknown debugLevel {request.debug_level}")
+    return QueryCommand(
+        agent_key=request.agent_key,
+        message=request.message,
+        chat_id=request.chat_id,
+        request_id=request.request_id,
+        role=request.role or "user",
+        references=tuple(
+            Reference(
+                id=r.id,
+                type=r.type,
+                name=r.name,
+                url=r.url,
+                mime_type=r.mime_type,
+                size_bytes=r.size_bytes,
+                sha256=r.sha256,
+            )
+            for r in request.references
+        ),
+        params=struct_value(request.params, "params") if request.HasField("params") else None,
+        scene=struct_value(request.scene, "scene") if request.HasField("scene") else None,
+        stream=request.stream if request.HasField("stream") else True,
+        debug_level=debug_level,
+        strategy=strategy,
+    )
+
+
+def submit_command(request: gw.SubmitRequest) -> SubmitCommand:
+    return SubmitCommand(
+        run_id=request.run_id,
+        tool_id=request.tool_id,
+        payload=json_value(request.payload, "payload"),
+        chat_id=request.chat_id,
+        request_id=request.request_id,
+        view_id=request.view_id,
+    )
+
+
+def upload_command(request: gw.UploadRequest) -> UploadCommand:
+    return UploadCommand(
+        name=request.name,
+        content=request.content,
+        mime_type=request.mime_type,
+        chat_id=request.chat_id,
+        request_id=request.request_id,
+    )
+
+
+# Answers -> responses -------------------------------------------------------------------
+
+
+def submit_response(result: SubmitResult) -> gw.SubmitResponse:
+    return gw.SubmitResponse(
+        accepted=result.accepted, outcome=SUBMIT_OUTCOMES[result.outcome], detail=result.detail
+    )
+
+
+def agent_message(agent: AgentDefinition) -> gw.Agent:
+    model = agent.model_config_
+    return gw.Agent(
+        key=agent.key,
+        name=agent.name or agent.key,
+        icon=agent.icon or "",
+        description=agent.description or "",
+        mode=MODES[agent.mode],
+        provider_key=model.provider_key or "" if model else "",
+        model=model.model or "" if model else "",
+        tools=agent.tool_names(),
+    )
+
+
+def agent_response(agent: AgentDefinition) -> gw.GetAgentResponse:
+    definition = struct_pb2.Struct()
+    json_format.ParseDict(agent.to_json_dict(), definition)
+    return gw.GetAgentResponse(agent=agent_message(agent), definition=definition)
+
+
+def chat_summary(summary: ChatSummary) -> gw.ChatSummary:
+    return gw.ChatSummary(
+        chat_id=summary.chat_id,
+        chat_name=summary.chat_name,
+        agent_key=summary.agent_key,
+        created_at=summary.created_at,
+        updated_at=summary.updated_at,
+        run_count=summary.run_count,
+    )
+
+
+def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatResponse:
+    response = gw.GetChatResponse(
+        chat_id=view.chat_id, chat_name=view.chat_name, events=view.events
+    )
+    for ref in view.references:
+        json_format.ParseDict(ref, response.references.add(), ignore_unknown_fields=True)
+    if include_raw_messages:
+        for record in view.records:
+            response.raw_messages.add().update(record)
+    return response
+
+
+def upload_response(upload: StoredUpload, command: UploadCommand) -> gw.UploadResponse:
+    """The stored file as a reference, and its `request.upload` event."""
+    reference = pb.Reference(
+        id=upload.id,
+        type=upload.type,
+        name=upload.name,
+        mime_type=upload.mime_type,
+        size_bytes=upload.size_bytes,
+        sha256=upload.sha256,
+    )
+    event = pb.Event(
+        seq=1,
+        type="request.upload",
+        timestamp=time.time_ns() // 1_000_000,
+        chat_id=command.chat_id,
+        request_upload=pb.RequestUpload(
+            request_id=command.request_id or str(uuid.uuid4()),
+            upload=pb.UploadInfo(
+                type=upload.type,
+                name=upload.name,
+                size_bytes=upload.size_bytes,
+                mime_type=upload.mime_type,
+                sha256=upload.sha256,
+            ),
+            reference_id=upload.id,
+        ),
+    )
+    return gw.UploadResponse(reference=reference, event=event)

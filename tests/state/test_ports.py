@@ -1,0 +1,97 @@
+"""Every implementation of a state port behaves the same through the port."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.core import events
+from service.core.errors import ChatNotFound
+from service.core.ports import ChatStore, RunLog
+from service.state import CHAT_STORES, RUN_LOGS, StateOptions
+
+
+def options(tmp_path: Path) -> StateOptions:
+    return StateOptions(chats_dir=tmp_path / "chats", runs_dir=tmp_path / "runs")
+
+
+def query(chat_id: str, run_id: str, message: str, ts: int) -> dict:
+    return {
+        "_type": "query",
+        "chatId": chat_id,
+        "runId": run_id,
+        "updatedAt": ts,
+        "query": {"message": message, "agentKey": "a"},
+    }
+
+
+def step(chat_id: str, run_id: str, seq: int, ts: int) -> dict:
+    return {
+        "_type": "step",
+        "chatId": chat_id,
+        "runId": run_id,
+        "_stage": "oneshot",
+        "_seq": seq,
+        "updatedAt": ts,
+        "messages": [{"role": "assistant", "content": [{"type": "text", "text": "hi"}]}],
+    }
+
+
+@pytest.fixture(params=sorted(CHAT_STORES))
+async def chats(request: pytest.FixtureRequest, tmp_path: Path) -> ChatStore:
+    factory: Callable[[StateOptions], ChatStore] = CHAT_STORES[request.param]
+    store = factory(options(tmp_path))
+    await store.open()
+    return store
+
+
+@pytest.fixture(params=sorted(RUN_LOGS))
+async def run_log(request: pytest.FixtureRequest, tmp_path: Path) -> RunLog:
+    log = RUN_LOGS[request.param](options(tmp_path))
+    await log.open()
+    return log
+
+
+async def test_chat_store_appends_reads_summarises_and_pages(chats: ChatStore) -> None:
+    assert await chats.summary("c0") is None
+    with pytest.raises(ChatNotFound):
+        await chats.read("c0")
+    for n in range(3):
+        await chats.append(f"c{n}", [query(f"c{n}", "r1", f"chat {n}", 100 + n)])
+    await chats.append("c0", [step("c0", "r1", 1, 200)])
+    await chats.append("c0", [query("c0", "r2", "again", 201), step("c0", "r2", 1, 202)])
+    await chats.sync("c0")
+    records = await chats.read("c0")
+    assert [(r["_type"], r["runId"]) for r in records] == [
+        ("query", "r1"),
+        ("step", "r1"),
+        ("query", "r2"),
+        ("step", "r2"),
+    ]
+    summary = await chats.summary("c0")
+    assert summary is not None
+    assert (summary.chat_name, summary.agent_key, summary.run_count) == ("chat 0", "a", 2)
+    assert (summary.created_at, summary.updated_at) == (100, 202)
+    page, cursor = await chats.page(2)
+    assert [s.chat_id for s in page] == ["c0", "c2"] and cursor
+    page, cursor = await chats.page(2, cursor)
+    assert [s.chat_id for s in page] == ["c1"] and cursor == ""
+
+
+async def test_chat_store_returns_records_not_shared_with_the_caller(chats: ChatStore) -> None:
+    record = query("c", "r", "hello", 1)
+    await chats.append("c", [record])
+    record["query"]["message"] = "changed"
+    (read,) = await chats.read("c")
+    assert read["query"]["message"] == "hello"
+
+
+async def test_run_log_keeps_the_events_of_ended_runs(run_log: RunLog) -> None:
+    assert await run_log.load("0123456789abcdef") is None
+    log = [events.run_start("a"), events.run_complete("stop")]
+    for seq, event in enumerate(log, 1):
+        event.seq, event.run_id, event.type = seq, "0123456789abcdef", "x"
+    await run_log.save("0123456789abcdef", log)
+    assert await run_log.load("0123456789abcdef") == log
