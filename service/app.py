@@ -8,6 +8,7 @@ import logging
 
 from agw.v1 import gateway_pb2 as gw
 
+from service.builtins.builtin import builtin_tools
 from service.config import ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
 from service.core.archive import RunArchive
@@ -24,7 +25,6 @@ from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient
 from service.providers.registry import ProviderRegistry
-from service.tools.builtin import builtin_tools
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from service.builtins.bash import bash_tool, describe, policy_from
+from service.builtins.builtin import builtin_tools
+from service.builtins.city_datetime import CityDatetime
+from service.builtins.sandbox import SandboxResult
+from service.builtins.weather import MockCityWeather, forecast
 from service.config import Settings
 from service.core.tools.definitions import ToolError
 from service.core.tools.registry import ToolCallInfo
-from service.tools.bash import bash_tool, describe, policy_from
-from service.tools.builtin import builtin_tools
-from service.tools.city_datetime import CityDatetime
-from service.tools.sandbox import SandboxResult
-from service.tools.weather import MockCityWeather, forecast
 
 CALL = ToolCallInfo("run", "chat", "call_1", "tool")
 NOW = datetime(2025, 3, 1, 20, 15, 5, tzinfo=UTC)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from service.builtins.ask_user import ask_user_tool
+from service.builtins.bash import bash_tool
+from service.builtins.city_datetime import city_datetime_tool
+from service.builtins.weather import mock_city_weather_tool
 from service.config import Settings
 from service.core.tools.registry import BackendTool
-from service.tools.ask_user import ask_user_tool
-from service.tools.bash import bash_tool
-from service.tools.city_datetime import city_datetime_tool
-from service.tools.weather import mock_city_weather_tool
 
 
 def builtin_tools(settings: Settings) -> list[BackendTool]:

@@ -1,4 +1,4 @@
-"""The built-in `_bash_` tool: a shell command, run in the sandbox (`service.tools.sandbox`).
+"""The built-in `_bash_` tool: a shell command, run in the sandbox (`service.builtins.sandbox`).
 
 The command runs in the configured working directory, sees only that directory
 and the allowed paths, and is bounded in time, output, memory and processes;
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.builtins.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 from service.config import Settings
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
-from service.tools.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 
 NAME = "_bash_"
 GRACE_S = 5.0  # the tool's own time-out exceeds the command's by this much
