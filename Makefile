@@ -46,11 +46,12 @@ test: install ## Run the whole test suite (checks that gen/ is fresh first)
 gen: $(STAMP) ## Regenerate gen/ from proto/
 	$(PY) scripts/gen.py
 
-lint: $(STAMP) lint-proto ## ruff + mypy on our code, buf lint on proto/
+lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, buf lint on proto/
 	$(VENV)/bin/ruff check service tests scripts bench clients
 	$(VENV)/bin/ruff format --check service tests scripts bench clients
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy clients/python/agw_client
+	$(VENV)/bin/lint-imports --no-cache
 
 lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.yaml)
 	$(BUF) lint

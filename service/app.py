@@ -7,6 +7,8 @@ import contextlib
 import logging
 
 from service import state
+from service.builtins.bash import BashOptions
+from service.builtins.builtin import builtin_tools
 from service.config import ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
 from service.core.commands import DebugLevel
@@ -19,9 +21,8 @@ from service.core.uploads import UploadStore
 from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
-from service.providers.openai import OpenAIChatClient
+from service.providers.openai import OpenAIChatClient, ProviderOptions
 from service.providers.registry import ProviderRegistry
-from service.tools.builtin import builtin_tools
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")
@@ -41,16 +42,51 @@ def pricing(settings: Settings) -> Pricing:
     return cost
 
 
+def provider_options(provider: ProviderSettings) -> ProviderOptions:
+    """What the client of one configured provider reads."""
+    return ProviderOptions(
+        base_url=provider.base_url,
+        api_key=provider.api_key,
+        default_model=provider.default_model,
+        reasoning_style=provider.reasoning_style,
+        extra_body=provider.extra_body,
+        headers=provider.headers,
+        connect_timeout_s=provider.connect_timeout_s,
+        read_timeout_s=provider.read_timeout_s,
+        max_retries=provider.max_retries,
+        retry_backoff_s=provider.retry_backoff_s,
+        max_connections=provider.max_connections,
+    )
+
+
+def bash_options(settings: Settings) -> BashOptions:
+    """The `_bash_` tool's options, from the `bash_*` settings."""
+    return BashOptions(
+        working_dir=settings.bash_working_dir,
+        allowed_paths=tuple(settings.bash_allowed_paths),
+        timeout_s=settings.bash_timeout_s,
+        output_limit_bytes=settings.bash_output_limit_bytes,
+        memory_limit_bytes=settings.bash_memory_limit_bytes,
+        max_processes=settings.bash_max_processes,
+        network=settings.bash_network,
+    )
+
+
 class App:
     """The whole service, started and stopped as one."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.providers = ProviderRegistry(settings)
+        self.providers = ProviderRegistry(
+            {key: provider_options(p) for key, p in settings.providers.items()},
+            default_provider=settings.default_provider,
+            log_enabled=settings.interaction_log_enabled,
+            log_mask=settings.interaction_log_mask_sensitive,
+        )
         self.agents = AgentRegistry(settings.agents_dir)
         self.tools = ToolRegistry(
             settings.tools_dir,
-            builtin=builtin_tools(settings),
+            builtin=builtin_tools(bash_options(settings), settings.frontend_wait_timeout_s),
             default_timeout_s=settings.tool_timeout_s,
         )
         options = state.StateOptions(
@@ -141,7 +177,7 @@ class App:
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))
         await self.demo.start()
-        demo = ProviderSettings(
+        demo = ProviderOptions(
             base_url=self.demo.url, default_model=DEMO_MODEL, reasoning_style="enable_thinking"
         )
         self.providers.register(DEMO_KEY, OpenAIChatClient(DEMO_KEY, demo))

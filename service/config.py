@@ -23,9 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-ReasoningStyle = Literal[
-    "reasoning_effort", "enable_thinking", "chat_template_kwargs", "think", "none"
-]
+from service.providers.openai_wire import ReasoningStyle
 
 
 class ProviderSettings(BaseModel):

@@ -18,12 +18,12 @@ import secrets
 from datetime import date
 from typing import Any
 
+from service.builtins.city_datetime import CITY_ZONES
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
 from service.core.modes.plan_execute import GENERATE_INSTRUCTION, PLAN_REPAIR, UPDATE_REPAIR
 from service.core.policies import VERIFY_INSTRUCTION
 from service.core.tools.planning import EXECUTOR_TOOLS_HEADING, RESULTS_HEADING, TASK_ID_LINE
 from service.providers import loopback as lb
-from service.tools.city_datetime import CITY_ZONES
 
 _WORDS = re.compile(r"\S+\s*")
 _FRAGMENT = 12  # characters of JSON arguments per streamed fragment

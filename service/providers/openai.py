@@ -19,20 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
+from pydantic import SecretStr
 from yarl import URL
 
-from service.config import ProviderSettings
 from service.core.errors import ProviderError, ProviderTimeout
 from service.core.masking import MASK
 from service.core.model import ModelDelta, ModelRequest
 from service.providers.interaction_log import CallLog, InteractionLog
 from service.providers.openai_wire import (
+    ReasoningStyle,
     encode_body,
     error_message,
     parse_chunk,
@@ -48,35 +50,52 @@ _RETRYABLE_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.Client
 _DRAIN_S = 0.1  # after [DONE], wait this long for the end of the body, to reuse the connection
 
 
+@dataclass(frozen=True)
+class ProviderOptions:
+    """What the client of one OpenAI-compatible provider reads; `service.app` builds it."""
+
+    base_url: str  # up to /v1, e.g. https://api.openai.com/v1
+    api_key: SecretStr = field(default_factory=lambda: SecretStr(""))
+    default_model: str = ""
+    reasoning_style: ReasoningStyle = "reasoning_effort"
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every body
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every request
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_retries: int = 2
+    retry_backoff_s: float = 0.5
+    max_connections: int = 200
+
+
 class OpenAIChatClient:
     """`ModelClient` for one OpenAI-compatible provider (`key` names it in every error)."""
 
     def __init__(
         self,
         key: str,
-        settings: ProviderSettings,
+        options: ProviderOptions,
         *,
         log_enabled: bool = True,
         log_mask: bool = True,
         max_retry_delay_s: float = 30.0,
     ) -> None:
         self.key = key
-        self.settings = settings
-        self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        self.options = options
+        self.url = options.base_url.rstrip("/") + "/chat/completions"
         self._max_delay = max_retry_delay_s
         headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
-        api_key = settings.api_key.get_secret_value()
+        api_key = options.api_key.get_secret_value()
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        headers.update(settings.headers)
+        headers.update(options.headers)
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(settings.max_connections)
+        self._slots = asyncio.Semaphore(options.max_connections)
         self._log = InteractionLog(key, enabled=log_enabled, mask_sensitive=log_mask)
 
     def _start(self) -> aiohttp.ClientSession:
         """The connection pool, created on first use (aiohttp binds it to the running loop)."""
-        s = self.settings
+        s = self.options
         proxy: URL | None = None
         proxy_auth: aiohttp.BasicAuth | None = None
         with contextlib.suppress(LookupError, ValueError):  # HTTP(S)_PROXY / NO_PROXY, once
@@ -103,7 +122,7 @@ class OpenAIChatClient:
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent upstream for `request`."""
-        return request_body(request, self.settings)
+        return request_body(request, self.options.reasoning_style, self.options.extra_body)
 
     def parse_chunk(self, data: str) -> ModelDelta | None:
         """One SSE data payload → one ModelDelta, or None when the chunk carries nothing."""
@@ -137,7 +156,7 @@ class OpenAIChatClient:
 
     def _scrub(self, error: ProviderError) -> None:
         """Mask this provider's API key in an error (some providers echo it back)."""
-        key = self.settings.api_key.get_secret_value()
+        key = self.options.api_key.get_secret_value()
         if key and key in error.message:
             error.message = error.message.replace(key, MASK)
             error.args = (error.message,)
@@ -153,12 +172,12 @@ class OpenAIChatClient:
         if not self._slots.locked():
             await self._slots.acquire()  # does not suspend
             return
-        timeout = self.settings.read_timeout_s
+        timeout = self.options.read_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 await self._slots.acquire()
         except TimeoutError:
-            n = self.settings.max_connections
+            n = self.options.max_connections
             raise ProviderTimeout(
                 self.key, f"no free connection within {timeout}s (max_connections={n})"
             ) from None
@@ -184,9 +203,9 @@ class OpenAIChatClient:
             if opened is not None:
                 return opened
             assert err is not None
-            if not err.retryable or attempt >= self.settings.max_retries:
+            if not err.retryable or attempt >= self.options.max_retries:
                 raise err
-            delay = self.settings.retry_backoff_s * (2**attempt)
+            delay = self.options.retry_backoff_s * (2**attempt)
             if retry_after_s is not None:
                 delay = retry_after_s
             delay = min(delay, self._max_delay)
@@ -256,7 +275,7 @@ class OpenAIChatClient:
                 if chunk:
                     continue  # the same error comes again on the next read
                 if isinstance(exc, TimeoutError):
-                    timeout = self.settings.read_timeout_s
+                    timeout = self.options.read_timeout_s
                     raise ProviderTimeout(
                         self.key, f"no data within the read time-out of {timeout}s"
                     ) from exc

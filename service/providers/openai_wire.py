@@ -10,18 +10,32 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import orjson
 
-from service.config import ProviderSettings
 from service.core.errors import ProviderError
 from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
 
-__all__ = ["encode_body", "error_message", "parse_chunk", "request_body", "retry_after"]
+__all__ = [
+    "ReasoningStyle",
+    "encode_body",
+    "error_message",
+    "parse_chunk",
+    "request_body",
+    "retry_after",
+]
+
+ReasoningStyle = Literal[
+    "reasoning_effort", "enable_thinking", "chat_template_kwargs", "think", "none"
+]
+"""How a provider switches reasoning on (see `request_body`)."""
 
 
-def request_body(request: ModelRequest, settings: ProviderSettings) -> dict[str, Any]:
+def request_body(
+    request: ModelRequest, reasoning_style: ReasoningStyle, extra_body: Mapping[str, Any]
+) -> dict[str, Any]:
     """The JSON body sent upstream for `request` (streaming, with usage, `extra_body` merged)."""
     body: dict[str, Any] = {
         "model": request.model,
@@ -40,17 +54,16 @@ def request_body(request: ModelRequest, settings: ProviderSettings) -> dict[str,
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
     on = request.reasoning.enabled
-    style = settings.reasoning_style
-    if style == "reasoning_effort":
+    if reasoning_style == "reasoning_effort":
         if on:
             body["reasoning_effort"] = request.reasoning.effort.lower()
-    elif style == "enable_thinking":
+    elif reasoning_style == "enable_thinking":
         body["enable_thinking"] = on
-    elif style == "chat_template_kwargs":
+    elif reasoning_style == "chat_template_kwargs":
         body["chat_template_kwargs"] = {"enable_thinking": on}
-    elif style == "think":
+    elif reasoning_style == "think":
         body["think"] = on
-    _merge(body, settings.extra_body)
+    _merge(body, extra_body)
     return body
 
 
@@ -174,7 +187,7 @@ def _message_of(obj: Any) -> str:
     return ""
 
 
-def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
             into[k] = dict(into[k])

@@ -1,45 +1,49 @@
-"""The providers by key: one pooled client each, built from settings or registered."""
+"""The providers by key: one pooled client each, built from their options or registered."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
-from service.config import Settings
 from service.core.errors import ProviderNotConfigured
 from service.core.model import ModelClient
-from service.providers.openai import OpenAIChatClient
+from service.providers.openai import OpenAIChatClient, ProviderOptions
 
 
 class ProviderRegistry:
-    """Key → ModelClient, with the default provider and each provider's default model."""
+    """Key → ModelClient, with the default provider and each provider's default model.
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    `providers` are the OpenAI-compatible providers to open a client for;
+    `log_enabled` and `log_mask` switch their interaction log and its masking.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderOptions] | None = None,
+        *,
+        default_provider: str = "",
+        log_enabled: bool = True,
+        log_mask: bool = True,
+    ) -> None:
         self._clients: dict[str, ModelClient] = {}
         self._models: dict[str, str] = {}
-        self._default = ""
-        if settings is not None:
-            self._default = settings.default_provider
-            for key, ps in settings.providers.items():
-                client = OpenAIChatClient(
-                    key,
-                    ps,
-                    log_enabled=settings.interaction_log_enabled,
-                    log_mask=settings.interaction_log_mask_sensitive,
-                )
-                self.register(key, client, default_model=ps.default_model)
+        self._default = default_provider
+        for key, options in (providers or {}).items():
+            client = OpenAIChatClient(key, options, log_enabled=log_enabled, log_mask=log_mask)
+            self.register(key, client, default_model=options.default_model)
 
     def register(self, key: str, client: ModelClient, *, default_model: str | None = None) -> None:
-        """Add (or replace) a provider; its default model defaults to its settings' one."""
+        """Add (or replace) a provider; its default model defaults to its options' one."""
         if default_model is None:
             default_model = (
-                client.settings.default_model if isinstance(client, OpenAIChatClient) else ""
+                client.options.default_model if isinstance(client, OpenAIChatClient) else ""
             )
         self._clients[key] = client
         self._models[key] = default_model
 
     @property
     def default_key(self) -> str:
-        """`default_provider` from settings, else the only (or first) provider, else ""."""
+        """`default_provider` when given, else the only (or first) provider, else ""."""
         return self._default or next(iter(self._clients), "")
 
     def keys(self) -> list[str]:

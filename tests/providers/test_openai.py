@@ -15,7 +15,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from service.config import ProviderSettings, Settings
 from service.core.errors import ProviderError, ProviderNotConfigured, ProviderTimeout
 from service.core.model import ModelDelta, ModelRequest, Reasoning, ToolCallDelta, Usage
 from service.providers.loopback import (
@@ -34,7 +33,7 @@ from service.providers.loopback import (
     tool_calls,
     usage,
 )
-from service.providers.openai import OpenAIChatClient
+from service.providers.openai import OpenAIChatClient, ProviderOptions
 from service.providers.registry import ProviderRegistry
 
 SECRET = "sk-fake-SECRET-4242"
@@ -49,7 +48,7 @@ async def server() -> AsyncIterator[LoopbackProvider]:
 def make_client(server: LoopbackProvider, **overrides: Any) -> OpenAIChatClient:
     values: dict[str, Any] = {"api_key": SecretStr(SECRET), "retry_backoff_s": 0.01}
     values.update(overrides)
-    return OpenAIChatClient("fake", ProviderSettings(base_url=server.url, **values))
+    return OpenAIChatClient("fake", ProviderOptions(base_url=server.url, **values))
 
 
 @pytest.fixture
@@ -241,8 +240,8 @@ async def test_429_is_retried_then_succeeds(server: LoopbackProvider) -> None:
 
 
 async def test_retry_after_is_capped(server: LoopbackProvider) -> None:
-    settings = ProviderSettings(base_url=server.url, retry_backoff_s=0.01)
-    client = OpenAIChatClient("fake", settings, max_retry_delay_s=0.05)
+    options = ProviderOptions(base_url=server.url, retry_backoff_s=0.01)
+    client = OpenAIChatClient("fake", options, max_retry_delay_s=0.05)
     server.enqueue(
         [HttpError(503, "busy", headers={"Retry-After": "3600"})], [finish("stop"), DONE]
     )
@@ -290,10 +289,10 @@ async def test_connect_error_is_retried_then_reported() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = ProviderSettings(
+    options = ProviderOptions(
         base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, retry_backoff_s=0.01
     )
-    client = OpenAIChatClient("dead", settings)
+    client = OpenAIChatClient("dead", options)
     with pytest.raises(ProviderError) as info:
         await collect(client)
     await client.aclose()
@@ -684,9 +683,9 @@ async def test_interaction_log_switches(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="agw.llm")
     unmasked = OpenAIChatClient(
-        "fake", ProviderSettings(base_url=server.url, api_key=SecretStr(SECRET)), log_mask=False
+        "fake", ProviderOptions(base_url=server.url, api_key=SecretStr(SECRET)), log_mask=False
     )
-    off = OpenAIChatClient("fake", ProviderSettings(base_url=server.url), log_enabled=False)
+    off = OpenAIChatClient("fake", ProviderOptions(base_url=server.url), log_enabled=False)
     server.enqueue([finish("stop"), DONE], [finish("stop"), DONE])
     try:
         await collect(unmasked)
@@ -734,15 +733,19 @@ async def test_loopback_async_responder_and_async_script() -> None:
 
 
 async def test_registry(server: LoopbackProvider) -> None:
-    settings = Settings(
-        providers={
-            "a": ProviderSettings(base_url=server.url, default_model="ma"),
-            "b": ProviderSettings(base_url=server.url),
-        }
+    registry = ProviderRegistry(
+        {
+            "a": ProviderOptions(base_url=server.url, default_model="ma"),
+            "b": ProviderOptions(base_url=server.url),
+        },
+        log_enabled=False,
+        log_mask=False,
     )
-    registry = ProviderRegistry(settings)
     try:
         assert registry.default_key == "a"
+        client = registry.get("a")
+        assert isinstance(client, OpenAIChatClient)
+        assert (client._log.enabled, client._log.mask_sensitive) == (False, False)
         assert registry.get("b").key == "b"
         assert registry.default_model("a") == "ma" and registry.default_model("b") == ""
         with pytest.raises(ProviderNotConfigured) as info:
@@ -753,7 +756,7 @@ async def test_registry(server: LoopbackProvider) -> None:
         assert registry.get("demo") is demo and registry.default_model("demo") == "dm"
     finally:
         await registry.aclose()
-    empty = ProviderRegistry(Settings(default_provider="x"))
+    empty = ProviderRegistry(default_provider="x")
     assert empty.default_key == "x"
     with pytest.raises(ProviderNotConfigured):
         empty.get("")

@@ -14,14 +14,14 @@ from typing import Any
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format
 
+from service.builtins.city_datetime import city_datetime_tool
+from service.builtins.weather import mock_city_weather_tool
 from service.core.events import BLOCK_ENDS, BLOCKS, TERMINALS
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
 from service.providers import loopback as lb
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness, write_agent
-from service.tools.city_datetime import city_datetime_tool
-from service.tools.weather import mock_city_weather_tool
 
 FIXED_NOW = datetime(2025, 3, 1, 4, 30, tzinfo=UTC)  # 12:30 in Shanghai
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from service.app import bash_options
+from service.builtins.bash import BashOptions, bash_tool, describe, policy_from
+from service.builtins.builtin import builtin_tools
+from service.builtins.city_datetime import CityDatetime
+from service.builtins.sandbox import SandboxResult
+from service.builtins.weather import MockCityWeather, forecast
 from service.config import Settings
 from service.core.tools.definitions import ToolError
 from service.core.tools.registry import ToolCallInfo
-from service.tools.bash import bash_tool, describe, policy_from
-from service.tools.builtin import builtin_tools
-from service.tools.city_datetime import CityDatetime
-from service.tools.sandbox import SandboxResult
-from service.tools.weather import MockCityWeather, forecast
 
 CALL = ToolCallInfo("run", "chat", "call_1", "tool")
 NOW = datetime(2025, 3, 1, 20, 15, 5, tzinfo=UTC)
@@ -70,20 +71,32 @@ def test_bash_settings_become_the_sandbox_policy(tmp_path: Path) -> None:
         bash_memory_limit_bytes=64 * 1024 * 1024,
         bash_max_processes=8,
     )
-    policy = policy_from(settings)
+    options = bash_options(settings)
+    assert options == BashOptions(
+        working_dir=tmp_path / "work",
+        allowed_paths=(tmp_path / "data",),
+        timeout_s=3,
+        output_limit_bytes=1000,
+        memory_limit_bytes=64 * 1024 * 1024,
+        max_processes=8,
+        network=False,
+    )
+    policy = policy_from(options)
     assert policy.working_dir == (tmp_path / "work").resolve()
     assert policy.allowed_paths == ((tmp_path / "data").resolve(),)
     assert (policy.timeout_s, policy.output_limit_bytes, policy.max_processes) == (3, 1000, 8)
     assert (policy.memory_limit_bytes, policy.network) == (64 * 1024 * 1024, False)
-    tool = bash_tool(settings)
+    tool = bash_tool(options)
     assert tool.definition.name == "_bash_" and tool.definition.timeout_s == 8
     assert "no network access" in tool.definition.description
-    assert [t.definition.name for t in builtin_tools(settings)] == [
+    builtins = builtin_tools(options, 300.0)
+    assert [t.definition.name for t in builtins] == [
         "_bash_",
         "ask_user",
         "city_datetime",
         "mock_city_weather",
     ]
+    assert builtins[1].definition.timeout_s == 305  # the wait for the answer, and a margin
 
 
 def test_bash_result_text() -> None:
@@ -95,6 +108,6 @@ def test_bash_result_text() -> None:
 
 
 async def test_bash_refuses_an_empty_command(tmp_path: Path) -> None:
-    tool = bash_tool(Settings(bash_working_dir=tmp_path))
+    tool = bash_tool(BashOptions(working_dir=tmp_path))
     with pytest.raises(ToolError, match="'command' must be a non-empty string"):
         await tool.handler({"command": "  "}, CALL)

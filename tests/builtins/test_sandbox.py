@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.tools import sandbox
-from service.tools.sandbox import SandboxPolicy, SandboxResult, SandboxUnavailable, run_sandboxed
+from service.builtins import sandbox
+from service.builtins.sandbox import SandboxPolicy, SandboxResult, SandboxUnavailable, run_sandboxed
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-secret"

@@ -1,4 +1,4 @@
-"""The built-in `_bash_` tool: a shell command, run in the sandbox (`service.tools.sandbox`).
+"""The built-in `_bash_` tool: a shell command, run in the sandbox (`service.builtins.sandbox`).
 
 The command runs in the configured working directory, sees only that directory
 and the allowed paths, and is bounded in time, output, memory and processes;
@@ -8,28 +8,45 @@ output was cut, and what it printed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from service.config import Settings
+from service.builtins.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
-from service.tools.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 
 NAME = "_bash_"
 GRACE_S = 5.0  # the tool's own time-out exceeds the command's by this much
 
 
-def policy_from(settings: Settings) -> SandboxPolicy:
-    """The sandbox of the `_bash_` tool, from the `bash_*` settings."""
-    working = settings.bash_working_dir.expanduser().resolve()
+@dataclass(frozen=True)
+class BashOptions:
+    """The `_bash_` tool as configured (`service.app` builds it from the `bash_*` settings).
+
+    Paths are taken as given (`~` and relative paths allowed); `policy_from`
+    resolves them.
+    """
+
+    working_dir: Path
+    allowed_paths: tuple[Path, ...] = ()
+    timeout_s: float = 10.0
+    output_limit_bytes: int = 64 * 1024
+    memory_limit_bytes: int = 512 * 1024 * 1024
+    max_processes: int = 64
+    network: bool = False
+
+
+def policy_from(options: BashOptions) -> SandboxPolicy:
+    """The sandbox of the `_bash_` tool, from its options (paths resolved)."""
     return SandboxPolicy(
-        working_dir=working,
-        allowed_paths=tuple(p.expanduser().resolve() for p in settings.bash_allowed_paths),
-        timeout_s=settings.bash_timeout_s,
-        output_limit_bytes=settings.bash_output_limit_bytes,
-        memory_limit_bytes=settings.bash_memory_limit_bytes,
-        max_processes=settings.bash_max_processes,
-        network=settings.bash_network,
+        working_dir=options.working_dir.expanduser().resolve(),
+        allowed_paths=tuple(p.expanduser().resolve() for p in options.allowed_paths),
+        timeout_s=options.timeout_s,
+        output_limit_bytes=options.output_limit_bytes,
+        memory_limit_bytes=options.memory_limit_bytes,
+        max_processes=options.max_processes,
+        network=options.network,
     )
 
 
@@ -62,8 +79,9 @@ class Bash:
         return describe(await run_sandboxed(command, self.policy))
 
 
-def bash_tool(settings: Settings) -> BackendTool:
-    policy = policy_from(settings)
+def bash_tool(options: BashOptions) -> BackendTool:
+    """The `_bash_` tool, running its commands in the sandbox `options` describe."""
+    policy = policy_from(options)
     paths = ", ".join(str(p) for p in (policy.working_dir, *policy.allowed_paths))
     definition = ToolDefinition(
         name=NAME,

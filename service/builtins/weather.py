@@ -11,9 +11,9 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from service.builtins.city_datetime import Clock, zone_of
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
-from service.tools.city_datetime import Clock, zone_of
 
 CONDITIONS = ("sunny", "partly cloudy", "cloudy", "light rain", "showers", "windy", "foggy")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
