@@ -29,6 +29,38 @@ class DebugLevel(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Principal:
+    """Who calls: a subject within a tenant. Every chat, run and upload has one owner.
+
+    With authentication off every caller is `ANONYMOUS`, which owns everything
+    created without authentication.
+    """
+
+    tenant: str = ""
+    subject: str = ""
+
+    @property
+    def anonymous(self) -> bool:
+        return not (self.tenant or self.subject)
+
+    def to_record(self) -> dict[str, str]:
+        return {"tenant": self.tenant, "subject": self.subject}
+
+    @staticmethod
+    def from_record(data: object) -> Principal:
+        """The owner stored in a record (`{"tenant", "subject"}`); absent: anonymous."""
+        if not isinstance(data, dict):
+            return ANONYMOUS
+        return Principal(str(data.get("tenant") or ""), str(data.get("subject") or ""))
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.subject}" if not self.anonymous else "anonymous"
+
+
+ANONYMOUS = Principal()
+
+
+@dataclass(frozen=True, slots=True)
 class Reference:
     """A file (an upload id) or a URL a query refers to."""
 
@@ -56,6 +88,7 @@ class QueryCommand:
     stream: bool = True
     debug_level: DebugLevel | None = None  # None: the service's default
     strategy: Strategy | None = None  # None: the service's default
+    principal: Principal = ANONYMOUS  # who asks; owns the chat and the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +101,7 @@ class SubmitCommand:
     chat_id: str = ""  # when given, the run must belong to this chat
     request_id: str = ""
     view_id: str = ""
+    principal: Principal = ANONYMOUS  # only the run's owner may answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +125,7 @@ class UploadCommand:
     mime_type: str = ""
     chat_id: str = ""
     request_id: str = ""
+    principal: Principal = ANONYMOUS  # owns the upload
 
 
 @dataclass(slots=True)

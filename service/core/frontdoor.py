@@ -29,18 +29,27 @@ from service.core import events
 from service.core.agent_registry import AgentRegistry
 from service.core.agents import AgentDefinition
 from service.core.commands import (
+    ANONYMOUS,
     ChatView,
     DebugLevel,
+    Principal,
     QueryCommand,
     Strategy,
     SubmitCommand,
     SubmitResult,
     UploadCommand,
 )
-from service.core.errors import Conflict, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
+from service.core.errors import (
+    ChatNotFound,
+    Conflict,
+    InvalidRequest,
+    Overloaded,
+    RunNotFound,
+    ShuttingDown,
+)
 from service.core.eventlog import EventLog
 from service.core.history import replay
-from service.core.ids import chat_name_of, check_chat_id
+from service.core.ids import chat_name_of, check_chat_id, shorten, valid_run_id
 from service.core.memory import conversation, estimate_tokens, fit
 from service.core.middleware import hooks
 from service.core.modes import MODES
@@ -144,6 +153,8 @@ class FrontDoor:
         for stage in agent.stage_names:  # fail fast on an unknown provider or model
             resolve_model(self.models, agent.stage(stage), [])
             self.tools.for_stage(agent.stage(stage), agent.tool_policy)  # and on unknown tools
+        if command.chat_id:
+            await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
         lock = self._starting.setdefault(chat_id, asyncio.Lock())
         async with lock:  # one query at a time gets through the start of a chat's run
@@ -168,6 +179,7 @@ class FrontDoor:
         query_event = events.request_query(command, command.request_id or str(uuid.uuid4()))
         query_record = events.to_dict(query_event.request_query)
         query_record["chatId"] = chat_id
+        owner = command.principal
 
         # Nothing may fail from here until the run's task owns the run.
         options = self.options
@@ -178,6 +190,7 @@ class FrontDoor:
                 options.debug_level if command.debug_level is None else command.debug_level
             ),
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
+            owner=owner,
         )
         for on_run_start in hooks(options.middlewares, "on_run_start"):
             on_run_start(run)
@@ -217,6 +230,14 @@ class FrontDoor:
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
         run.task.add_done_callback(lambda _: self._ended(run, recorder))
         return run
+
+    async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
+        """A chat of another principal is, to this one, a chat that does not exist."""
+        summary = await self.chats.summary(chat_id)
+        active = self.bus.active_of(chat_id)
+        owner = summary.owner if summary is not None else active.owner if active else principal
+        if owner != principal:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
 
     def _fit_context(self, log: EventLog, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Drop the oldest turns of the chat's memory that exceed the context budget."""
@@ -263,6 +284,7 @@ class FrontDoor:
                     reference.id,
                     image_input=image_input,
                     inline_text_bytes=self.options.inline_text_bytes,
+                    owner=command.principal,
                 )
             elif reference.url:
                 parts.append({"type": "text", "text": f"[reference {reference.url}]"})
@@ -273,30 +295,38 @@ class FrontDoor:
         """The runs live or recently ended in this process, by id."""
         return self.bus.local_runs()
 
-    def get_run(self, run_id: str) -> RunState:
-        """The live (or recently ended) run `run_id` of this process."""
+    def get_run(self, run_id: str, principal: Principal = ANONYMOUS) -> RunState:
+        """The live (or recently ended) run `run_id` of this process, if `principal`'s."""
         run = self.bus.local(run_id)
-        if run is None:
-            raise RunNotFound(f"no active or recent run {run_id!r}", run_id=run_id)
+        if run is None or run.owner != principal:
+            shown = shorten(run_id)
+            raise RunNotFound(f"no active or recent run {shown!r}", run_id=shown)
         return run
 
-    async def is_live(self, run_id: str) -> bool:
-        """Whether `run_id` is running now (its stream will go on)."""
+    async def is_live(self, run_id: str, principal: Principal = ANONYMOUS) -> bool:
+        """Whether `principal`'s run `run_id` is running now (its stream will go on)."""
         run = self.bus.local(run_id)
-        return run is not None and not run.done
+        return run is not None and run.owner == principal and not run.done
 
-    async def attach(self, run_id: str, after_seq: int) -> AsyncGenerator[events.Event, None]:
+    async def attach(
+        self, run_id: str, after_seq: int, principal: Principal = ANONYMOUS
+    ) -> AsyncGenerator[events.Event, None]:
         """The run's events after `after_seq`: live or recent, else from the run log."""
         if after_seq < 0:
             raise InvalidRequest("afterSeq must be >= 0")
         if not run_id:
             raise InvalidRequest("runId is required")
-        followed = await self.bus.follow(run_id, after_seq)
+        live = self.bus.local(run_id)
+        if live is not None and live.owner != principal:
+            raise RunNotFound(f"no run {shorten(run_id)!r} (unknown or expired)")
+        followed = await self.bus.follow(run_id, after_seq) if live is not None else None
         if followed is not None:
             return followed
-        kept = await self.run_log.load(run_id)
+        kept = await self.run_log.load(run_id) if valid_run_id(run_id) else None
+        if kept and not await self._owns_chat(kept[0].chat_id, principal):
+            kept = None
         if kept is None:
-            shown = run_id if len(run_id) <= 64 else run_id[:64] + "…"
+            shown = shorten(run_id)
             raise RunNotFound(f"no run {shown!r} (unknown or expired)", run_id=shown)
 
         async def replay_kept() -> AsyncGenerator[events.Event, None]:
@@ -309,15 +339,24 @@ class FrontDoor:
         """Deliver a user's answer to a waiting tool of a run."""
         return await self.bus.submit(command)
 
-    async def cancel(self, run_id: str, reason: str = "cancel") -> bool:
-        """Stop a running run; False when it had already ended."""
+    async def cancel(
+        self, run_id: str, principal: Principal = ANONYMOUS, reason: str = "cancel"
+    ) -> bool:
+        """Stop `principal`'s running run; False when it had already ended."""
         if not run_id:
             raise InvalidRequest("runId is required")
-        cancelled = await self.bus.cancel(run_id, reason)
+        live = self.bus.local(run_id)
+        cancelled = None
+        if live is None or live.owner == principal:
+            cancelled = await self.bus.cancel(run_id, reason)
         if cancelled is None:
-            shown = run_id if len(run_id) <= 64 else run_id[:64] + "…"
+            shown = shorten(run_id)
             raise RunNotFound(f"no active or recent run {shown!r}", run_id=shown)
         return cancelled
+
+    async def _owns_chat(self, chat_id: str, principal: Principal) -> bool:
+        summary = await self.chats.summary(chat_id) if chat_id else None
+        return (summary.owner if summary is not None else ANONYMOUS) == principal
 
     def _arm_unwatched_timer(self, run: RunState) -> None:
         def expire() -> None:
@@ -334,21 +373,25 @@ class FrontDoor:
     # -- chats and uploads -------------------------------------------------------------
 
     async def list_chats(
-        self, page_size: int = 0, page_token: str = ""
+        self, page_size: int = 0, page_token: str = "", principal: Principal = ANONYMOUS
     ) -> tuple[builtins.list[ChatSummary], str]:
-        """A page of chats, newest first, and the token of the next page ("" at the end)."""
+        """A page of `principal`'s chats, newest first, and the next page's token."""
         if page_size < 0:
             raise InvalidRequest("pageSize must be >= 0")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        return await self.chats.page(size, page_token)
+        return await self.chats.page(size, page_token, owner=principal)
 
-    async def get_chat(self, chat_id: str, *, include_records: bool = False) -> ChatView:
+    async def get_chat(
+        self, chat_id: str, principal: Principal = ANONYMOUS, *, include_records: bool = False
+    ) -> ChatView:
         """The chat's history as replayable events (and its raw records on request)."""
         if not chat_id:
             raise InvalidRequest("chatId is required")
         check_chat_id(chat_id)
-        records = await self.chats.read(chat_id)
         summary = await self.chats.summary(chat_id)
+        if summary is not None and summary.owner != principal:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        records = await self.chats.read(chat_id)
         return ChatView(
             chat_id=chat_id,
             chat_name=summary.chat_name if summary else "",
@@ -366,8 +409,13 @@ class FrontDoor:
         """Store an uploaded file that later queries can reference."""
         if command.chat_id:
             check_chat_id(command.chat_id)
+            await self._check_chat_owner(command.chat_id, command.principal)
         return await self.uploads.save(
-            command.name, command.content, command.mime_type, command.chat_id
+            command.name,
+            command.content,
+            command.mime_type,
+            command.chat_id,
+            owner=command.principal,
         )
 
     # -- lifecycle ---------------------------------------------------------------------

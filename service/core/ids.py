@@ -21,12 +21,16 @@ def valid_chat_id(chat_id: str) -> bool:
     return bool(_CHAT_ID.match(chat_id)) and ".." not in chat_id
 
 
+def shorten(value: str, limit: int = 64) -> str:
+    """`value` cut to `limit` characters, for echoing input in a message."""
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
 def check_chat_id(chat_id: str) -> str:
     """Chat ids become file names: letters, digits, `_`, `-`, `.`; at most 128."""
     if not valid_chat_id(chat_id):
-        shown = chat_id if len(chat_id) <= 140 else chat_id[:140] + "…"
         raise InvalidRequest(
-            f"invalid chatId {shown!r}: use 1-128 letters, digits, '_', '-' or '.'"
+            f"invalid chatId {shorten(chat_id, 140)!r}: use 1-128 letters, digits, '_', '-' or '.'"
         )
     return chat_id
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from service.core.commands import SubmitCommand, SubmitResult
+from service.core.commands import ANONYMOUS, Principal, SubmitCommand, SubmitResult
 from service.core.events import Event
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class ChatSummary:
     created_at: int
     updated_at: int
     run_count: int
+    owner: Principal = ANONYMOUS  # from the chat's first query record
 
 
 class ChatStore(Protocol):
@@ -57,8 +58,10 @@ class ChatStore(Protocol):
         """The chat's summary, or None when the chat does not exist."""
         ...
 
-    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
-        """Chats newest first, `limit` at a time; returns the page and the next cursor."""
+    async def page(
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+    ) -> tuple[list[ChatSummary], str]:
+        """`owner`'s chats newest first, `limit` at a time; the page and the next cursor."""
         ...
 
     async def sync(self, chat_id: str) -> None:
@@ -129,7 +132,8 @@ class RunBus(Protocol):
         ...
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
-        """Deliver a user's answer to the tool a run waits on."""
+        """Deliver a user's answer to the tool a run waits on (a run of another
+        principal than the command's is an unknown run)."""
         ...
 
     async def wait(

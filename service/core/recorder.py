@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.core import events
+from service.core.commands import ANONYMOUS, Principal
 from service.core.events import Event
 from service.core.history import FROM_MESSAGES, FROM_RUN, event_to_json, snapshot_form
 from service.core.model import ModelRequest
@@ -60,6 +61,8 @@ class ChatRecorder:
         query: Record,
         user_message: Record,
         first_stage: str,
+        *,
+        owner: Principal = ANONYMOUS,
     ) -> None:
         self.store = store
         self.run = run
@@ -82,17 +85,16 @@ class ChatRecorder:
         self._writes: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Task[None] | None = None
         self._ended = asyncio.Event()
-        self._send(
-            [
-                {
-                    "_type": "query",
-                    "chatId": run.chat_id,
-                    "runId": run.run_id,
-                    "updatedAt": now_ms(),
-                    "query": query,
-                }
-            ]
-        )
+        record: Record = {
+            "_type": "query",
+            "chatId": run.chat_id,
+            "runId": run.run_id,
+            "updatedAt": now_ms(),
+            "query": query,
+        }
+        if not owner.anonymous:  # who owns the chat (and so its runs)
+            record["owner"] = owner.to_record()
+        self._send([record])
         run.observe_turns(self._on_turn)
         run.log.observe(self._on_event)
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from service.core.commands import DebugLevel
+from service.core.commands import ANONYMOUS, DebugLevel, Principal
 from service.core.eventlog import EventLog
 from service.core.events import Event
 from service.core.model import ModelRequest, Usage
@@ -50,9 +50,11 @@ class RunState:
         *,
         debug_level: DebugLevel = DebugLevel.OFF,
         accounting: Accounting | None = None,
+        owner: Principal = ANONYMOUS,
     ) -> None:
         self.log = log
         self.agent_key = agent_key
+        self.owner = owner  # only the owner may follow, answer or cancel the run
         self.debug_level = debug_level
         self.accounting = accounting if accounting is not None else Accounting()
         self.task: asyncio.Task[None] | None = None

@@ -17,7 +17,9 @@ import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import InvalidRequest, NotFound, PayloadTooLarge
+from service.core.ids import shorten
 
 _ID = re.compile(r"^f_[0-9a-f]{16}$")
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -39,6 +41,7 @@ class StoredUpload:
     size_bytes: int
     sha256: str
     chat_id: str
+    owner: dict[str, str] | None = None  # {"tenant", "subject"}; None: anonymous
 
 
 def sniff_mime(content: bytes, name: str, claimed: str) -> str:
@@ -59,7 +62,13 @@ class UploadStore:
         self.max_bytes = max_bytes
 
     async def save(
-        self, name: str, content: bytes, claimed_mime: str, chat_id: str
+        self,
+        name: str,
+        content: bytes,
+        claimed_mime: str,
+        chat_id: str,
+        *,
+        owner: Principal = ANONYMOUS,
     ) -> StoredUpload:
         if not name or "/" in name or "\\" in name or name in (".", ".."):
             raise InvalidRequest("upload needs a plain file name (no path)")
@@ -77,6 +86,7 @@ class UploadStore:
             size_bytes=len(content),
             sha256=hashlib.sha256(content).hexdigest(),
             chat_id=chat_id,
+            owner=None if owner.anonymous else owner.to_record(),
         )
         await asyncio.to_thread(self._write, upload, content)
         return upload
@@ -87,9 +97,13 @@ class UploadStore:
         (folder / "content").write_bytes(content)
         (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
 
-    async def get(self, upload_id: str) -> tuple[StoredUpload, bytes]:
+    async def get(
+        self, upload_id: str, owner: Principal = ANONYMOUS
+    ) -> tuple[StoredUpload, bytes]:
+        """The upload and its content; another principal's upload is not found."""
         if not _ID.match(upload_id):
-            raise NotFound(f"no upload {upload_id!r}", upload_id=upload_id)
+            shown = shorten(upload_id)
+            raise NotFound(f"no upload {shown!r}", upload_id=shown)
         folder = self.directory / upload_id
         try:
             meta, content = await asyncio.to_thread(
@@ -97,13 +111,21 @@ class UploadStore:
             )
         except FileNotFoundError:
             raise NotFound(f"no upload {upload_id!r}", upload_id=upload_id) from None
-        return StoredUpload(**json.loads(meta)), content
+        upload = StoredUpload(**json.loads(meta))
+        if Principal.from_record(upload.owner) != owner:
+            raise NotFound(f"no upload {upload_id!r}", upload_id=upload_id)
+        return upload, content
 
     async def content_parts(
-        self, upload_id: str, *, image_input: bool, inline_text_bytes: int
+        self,
+        upload_id: str,
+        *,
+        image_input: bool,
+        inline_text_bytes: int,
+        owner: Principal = ANONYMOUS,
     ) -> list[dict[str, object]]:
         """The user-message parts that carry an upload to a model."""
-        upload, content = await self.get(upload_id)
+        upload, content = await self.get(upload_id, owner)
         if upload.type == "image" and image_input:
             data = base64.b64encode(content).decode()
             url = f"data:{upload.mime_type};base64,{data}"

@@ -29,6 +29,7 @@ from typing import Literal
 
 from service.core.errors import AgwError, ChatNotFound
 from service.core.ids import check_chat_id, valid_chat_id
+from service.core.commands import ANONYMOUS, Principal
 from service.core.ports import ChatSummary, Record
 from service.state.summaries import page_of, summarize
 
@@ -89,8 +90,10 @@ class JsonlChatStore:
     async def summary(self, chat_id: str) -> ChatSummary | None:
         return self._summaries.get(chat_id)
 
-    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
-        return page_of(self._summaries.values(), limit, cursor)
+    async def page(
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+    ) -> tuple[list[ChatSummary], str]:
+        return page_of(self._summaries.values(), limit, cursor, owner)
 
     # Writing --------------------------------------------------------------------
 

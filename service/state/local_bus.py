@@ -62,6 +62,8 @@ class LocalRunBus:
         run = self._runs.get(command.run_id) if command.run_id else None
         if run is not None and command.chat_id and command.chat_id != run.chat_id:
             run = None  # not a run of that chat
+        if run is not None and run.owner != command.principal:
+            run = None  # not a run of this caller's
         return self.waits.submit(command, run_known=run is not None)
 
     async def wait(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from service.core.errors import ChatNotFound
 from service.core.events import Event
+from service.core.commands import ANONYMOUS, Principal
 from service.core.ports import ChatSummary, Record
 from service.state.summaries import page_of, summarize
 
@@ -42,8 +43,10 @@ class MemoryChatStore:
     async def summary(self, chat_id: str) -> ChatSummary | None:
         return self._summaries.get(chat_id)
 
-    async def page(self, limit: int, cursor: str = "") -> tuple[list[ChatSummary], str]:
-        return page_of(self._summaries.values(), limit, cursor)
+    async def page(
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+    ) -> tuple[list[ChatSummary], str]:
+        return page_of(self._summaries.values(), limit, cursor, owner)
 
     async def sync(self, chat_id: str) -> None:
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from service.core.commands import ANONYMOUS, Principal
 from service.core.ids import chat_name_of
 from service.core.ports import ChatSummary, Record
 
@@ -21,6 +22,7 @@ def summarize(summaries: dict[str, ChatSummary], chat_id: str, record: Record) -
             created_at=updated,
             updated_at=updated,
             run_count=0,
+            owner=Principal.from_record(record.get("owner")),
         )
         summaries[chat_id] = summary
     if record.get("_type") == "query":
@@ -29,10 +31,11 @@ def summarize(summaries: dict[str, ChatSummary], chat_id: str, record: Record) -
 
 
 def page_of(
-    summaries: Iterable[ChatSummary], limit: int, cursor: str = ""
+    summaries: Iterable[ChatSummary], limit: int, cursor: str = "", owner: Principal = ANONYMOUS
 ) -> tuple[list[ChatSummary], str]:
-    """One page of chats, newest first, and the cursor of the next page ("" at the end)."""
-    ordered = sorted(summaries, key=lambda s: (-s.updated_at, s.chat_id))
+    """One page of `owner`'s chats, newest first, and the next page's cursor ("" at the end)."""
+    mine = (s for s in summaries if s.owner == owner)
+    ordered = sorted(mine, key=lambda s: (-s.updated_at, s.chat_id))
     start = int(cursor) if cursor.isdigit() and len(cursor) <= 12 else 0
     page = ordered[start : start + limit]
     more = start + limit < len(ordered)
