@@ -29,18 +29,12 @@ from pathlib import Path
 from typing import Literal
 
 from service.core.chats import ChatSummary, Record, chat_name_of
-from service.core.errors import AgwError, ChatNotFound, InvalidRequest
+from service.core.errors import ChatNotFound, InvalidRequest, StoreFailed
 
 log = logging.getLogger("agw.store")
 
 FsyncPolicy = Literal["run", "always", "never"]
 _CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-class StoreFailed(AgwError):
-    """A chat file could not be made durable; it accepts no more appends."""
-
-    reason = "STORE_FAILED"
 
 
 def check_chat_id(chat_id: str) -> str:

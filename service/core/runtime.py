@@ -30,7 +30,7 @@ from service.core.agent_registry import AgentRegistry
 from service.core.agents import AgentDefinition
 from service.core.archive import RunArchive
 from service.core.chats import ChatStore, chat_name_of
-from service.core.errors import Conflict, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
+from service.core.errors import ChatBusy, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
 from service.core.jsonl_store import check_chat_id
 from service.core.memory import conversation, estimate_tokens, fit
 from service.core.middleware import hooks
@@ -60,12 +60,6 @@ STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_ENQUEUE: "enqueue",
     gw.MULTITASK_STRATEGY_INTERRUPT: "interrupt",
 }
-
-
-class ChatBusy(Conflict):
-    """The chat has an active run and the query's strategy is to reject."""
-
-    reason = "CHAT_BUSY"
 
 
 @dataclass(frozen=True, slots=True)
