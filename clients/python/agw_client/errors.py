@@ -152,6 +152,10 @@ _BY_CODE: dict[grpc.StatusCode, type[RpcError]] = {
 # One class per reason family, under the class of the status the gateway sends it with.
 
 
+class InvalidRequest(InvalidArgument):
+    """The request is malformed or misses a required field, or a definition is invalid."""
+
+
 class AgentNotFound(NotFound):
     """No agent has the requested key."""
 
@@ -212,7 +216,7 @@ class ProviderTimeout(DeadlineExceeded):
 #: Reasons only ever sent in `task.fail` events (TASK_FAILED, TASK_NOT_REPORTED) have none.
 _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_INTERNAL: Internal,
-    errors_pb2.ERROR_REASON_INVALID_REQUEST: InvalidArgument,
+    errors_pb2.ERROR_REASON_INVALID_REQUEST: InvalidRequest,
     errors_pb2.ERROR_REASON_NOT_FOUND: NotFound,
     errors_pb2.ERROR_REASON_AGENT_NOT_FOUND: AgentNotFound,
     errors_pb2.ERROR_REASON_CHAT_NOT_FOUND: ChatNotFound,
