@@ -141,19 +141,58 @@ export interface ClientOptions {
   protoDir?: string;
 }
 
+/**
+ * The reasons of agw/v1/errors.proto (`ErrorReason` without its `ERROR_REASON_` prefix).
+ * A newer gateway may send a reason not listed here: `reason` is typed as a string too.
+ */
+export type ErrorReason =
+  | 'INTERNAL' | 'INVALID_REQUEST'
+  | 'NOT_FOUND' | 'AGENT_NOT_FOUND' | 'CHAT_NOT_FOUND' | 'RUN_NOT_FOUND' | 'TOOL_NOT_FOUND'
+  | 'CONFLICT' | 'CHAT_BUSY' | 'PROVIDER_NOT_CONFIGURED'
+  | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED'
+  | 'SHUTTING_DOWN' | 'PROVIDER_ERROR' | 'PROVIDER_STREAM_ERROR' | 'PROVIDER_TIMEOUT'
+  | 'STORE_FAILED' | 'SANDBOX_UNAVAILABLE'
+  | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED';
+
 export class AgwError extends Error {
+  constructor(
+    code: number, details: string,
+    info?: { reason?: string; domain?: string; metadata?: Record<string, string> },
+  );
   code: number;
   codeName: string;
   details: string;
   /** Stable reason from google.rpc.ErrorInfo, e.g. "AGENT_NOT_FOUND". */
-  reason: string;
+  reason: ErrorReason | (string & {});
   domain: string;
   metadata: Record<string, string>;
+  /** A grpc-js error as the class of its reason's family (`ERROR_CLASSES`), else AgwError. */
   static from(error: unknown): AgwError;
 }
+/** A reason family's error; `status` is the gRPC status the gateway sends it with. */
+export class AgentNotFound extends AgwError { static status: number }
+export class ChatNotFound extends AgwError { static status: number }
+export class RunNotFound extends AgwError { static status: number }
+export class ToolNotFound extends AgwError { static status: number }
+export class InvalidRequest extends AgwError { static status: number }
+export class Conflict extends AgwError { static status: number }
+export class ChatBusy extends Conflict {}
+export class ProviderNotConfigured extends AgwError { static status: number }
+export class Overloaded extends AgwError { static status: number }
+export class PayloadTooLarge extends AgwError { static status: number }
+export class BudgetExhausted extends AgwError { static status: number }
+export class ShuttingDown extends AgwError { static status: number }
+export class ProviderError extends AgwError { static status: number }
+export class ProviderTimeout extends AgwError { static status: number }
+/** Reason → the class of its family; reasons not listed arrive as plain AgwError. */
+export const ERROR_CLASSES: Readonly<Partial<Record<ErrorReason, typeof AgwError & { status: number }>>>;
+/** Every reason declared in agw/v1/errors.proto under `protoDir` (loaded once per directory). */
+export function errorReasons(protoDir?: string): Set<ErrorReason>;
+
 export class RunFailed extends Error {
   result: RunResult;
-  reason: string;
+  /** The run.error's reason, or the run.cancel's reason ("cancel", "disconnect", ...). */
+  reason: ErrorReason | (string & {});
 }
 
 export class QueryStream implements AsyncIterable<Event> {
@@ -175,6 +214,8 @@ export interface QueryFields {
 
 export class AgwClient {
   constructor(target?: string, options?: ClientOptions);
+  /** The reasons the loaded proto declares. */
+  reasons: Set<ErrorReason>;
   query(agentKey: string, message: string, fields?: QueryFields): QueryStream;
   ask(agentKey: string, message: string, fields?: QueryFields): Promise<RunResult>;
   attach(runId: string, afterSeq?: number): QueryStream;

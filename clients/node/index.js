@@ -12,6 +12,10 @@
  *
  * Messages are plain objects with camelCase fields; int64 fields are numbers, enums are
  * their names, and an event's `payload` names its set payload field (e.g. "contentDelta").
+ *
+ * A refused call rejects with an `AgwError` whose `reason` is one of the `ErrorReason`s of
+ * agw/v1/errors.proto (`errorReasons()`); known reasons get their family's subclass
+ * (`AgentNotFound`, `ChatBusy`, `Overloaded`, ... see `ERROR_CLASSES`).
  */
 const crypto = require('node:crypto');
 const path = require('node:path');
@@ -23,13 +27,15 @@ const DEFAULT_TARGET = '127.0.0.1:50051';
 const PROTO_DIR = process.env.AGW_PROTO_DIR || path.resolve(__dirname, '..', '..', 'proto');
 // google/api/annotations.proto and http.proto, which gateway.proto imports.
 const GOOGLEAPIS_DIR = path.join(__dirname, 'googleapis');
+const PROTO_FILES = ['agw/v1/gateway.proto', 'agw/v1/errors.proto'];
+const REASON_PREFIX = 'ERROR_REASON_';
 const SERVICE = 'agw.v1.AgentGateway';
 const UNARY_METHODS = ['Submit', 'Cancel', 'ListAgents', 'GetAgent', 'ListChats', 'GetChat', 'Upload'];
 const TERMINAL_TYPES = new Set(['run.complete', 'run.error', 'run.cancel']);
 
-/** Loads `agw/v1/gateway.proto` (and what it imports) from `protoDir`. */
+/** Loads `agw/v1/gateway.proto` and `errors.proto` (and what they import) from `protoDir`. */
 function loadProto(protoDir = PROTO_DIR) {
-  const definition = protoLoader.loadSync('agw/v1/gateway.proto', {
+  const definition = protoLoader.loadSync(PROTO_FILES, {
     includeDirs: [protoDir, GOOGLEAPIS_DIR],
     keepCase: false,
     longs: Number,
@@ -71,11 +77,25 @@ const rpcTypes = protobuf.Root.fromJSON({
 const StatusType = rpcTypes.lookupType('google.rpc.Status');
 const ErrorInfoType = rpcTypes.lookupType('google.rpc.ErrorInfo');
 
+/** The reasons of the `agw.v1.ErrorReason` enum of a loaded proto, as sent (no prefix). */
+function reasonsOf(agw) {
+  return agw.ErrorReason.type.value
+    .map((value) => value.name.slice(REASON_PREFIX.length))
+    .filter((reason) => reason !== 'UNSPECIFIED');
+}
+
+const reasonsByDir = new Map();
+/** Every reason declared in `agw/v1/errors.proto` under `protoDir`, as a Set. */
+function errorReasons(protoDir = PROTO_DIR) {
+  if (!reasonsByDir.has(protoDir)) reasonsByDir.set(protoDir, new Set(reasonsOf(loadProto(protoDir))));
+  return reasonsByDir.get(protoDir);
+}
+
 /** A gRPC status from the gateway; `reason` is its stable machine-readable reason. */
 class AgwError extends Error {
   constructor(code, details, { reason = '', domain = '', metadata = {} } = {}) {
     super(`${statusName(code)}: ${details}${reason ? ` (${reason})` : ''}`);
-    this.name = 'AgwError';
+    this.name = new.target.name;
     this.code = code;
     this.codeName = statusName(code);
     this.details = details;
@@ -99,9 +119,60 @@ class AgwError extends Error {
         }
       }
     }
-    return new AgwError(error.code, error.details, info);
+    const family = ERROR_CLASSES[info.reason];
+    const Class = family && family.status === error.code ? family : AgwError;
+    return new Class(error.code, error.details, info);
   }
 }
+
+// One class per reason family; `status` is the gRPC status the gateway sends it with.
+/** NOT_FOUND: no agent has the requested key. */
+class AgentNotFound extends AgwError { static status = grpc.status.NOT_FOUND; }
+/** NOT_FOUND: no chat has the requested id. */
+class ChatNotFound extends AgwError { static status = grpc.status.NOT_FOUND; }
+/** NOT_FOUND: no active, recent or archived run has the requested id. */
+class RunNotFound extends AgwError { static status = grpc.status.NOT_FOUND; }
+/** NOT_FOUND: an agent names a tool that is not defined. */
+class ToolNotFound extends AgwError { static status = grpc.status.NOT_FOUND; }
+/** INVALID_ARGUMENT: the request is malformed or misses a required field. */
+class InvalidRequest extends AgwError { static status = grpc.status.INVALID_ARGUMENT; }
+/** FAILED_PRECONDITION: the request conflicts with the gateway's current state. */
+class Conflict extends AgwError { static status = grpc.status.FAILED_PRECONDITION; }
+/** FAILED_PRECONDITION: the chat has an active run and the strategy is to reject. */
+class ChatBusy extends Conflict {}
+/** FAILED_PRECONDITION: an agent names a provider that no setting defines. */
+class ProviderNotConfigured extends AgwError { static status = grpc.status.FAILED_PRECONDITION; }
+/** RESOURCE_EXHAUSTED: too many active runs; retry later. */
+class Overloaded extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
+/** RESOURCE_EXHAUSTED: a payload or upload exceeds its configured limit. */
+class PayloadTooLarge extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
+/** RESOURCE_EXHAUSTED: a run used up one of its budgets (in a run: RunFailed). */
+class BudgetExhausted extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
+/** UNAVAILABLE: the gateway is draining; retry on another instance. */
+class ShuttingDown extends AgwError { static status = grpc.status.UNAVAILABLE; }
+/** UNAVAILABLE: a model provider failed (in a run: RunFailed with this reason). */
+class ProviderError extends AgwError { static status = grpc.status.UNAVAILABLE; }
+/** DEADLINE_EXCEEDED: a model provider timed out (in a run: RunFailed with this reason). */
+class ProviderTimeout extends AgwError { static status = grpc.status.DEADLINE_EXCEEDED; }
+
+/** The one table: reason (an `ErrorReason` without its prefix) → its family's class. */
+const ERROR_CLASSES = Object.freeze({
+  AGENT_NOT_FOUND: AgentNotFound,
+  CHAT_NOT_FOUND: ChatNotFound,
+  RUN_NOT_FOUND: RunNotFound,
+  TOOL_NOT_FOUND: ToolNotFound,
+  INVALID_REQUEST: InvalidRequest,
+  CONFLICT: Conflict,
+  CHAT_BUSY: ChatBusy,
+  PROVIDER_NOT_CONFIGURED: ProviderNotConfigured,
+  OVERLOADED: Overloaded,
+  PAYLOAD_TOO_LARGE: PayloadTooLarge,
+  BUDGET_EXHAUSTED: BudgetExhausted,
+  SHUTTING_DOWN: ShuttingDown,
+  PROVIDER_ERROR: ProviderError,
+  PROVIDER_STREAM_ERROR: ProviderError,
+  PROVIDER_TIMEOUT: ProviderTimeout,
+});
 
 /** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
 class RunFailed extends Error {
@@ -247,6 +318,8 @@ class AgwClient {
   constructor(target = process.env.AGW_TARGET || DEFAULT_TARGET, options = {}) {
     const { credentials, token, metadata = {}, timeoutMs = 30000, streamTimeoutMs = null, retries = 3, channelOptions = {}, protoDir } = options;
     const agw = loadProto(protoDir);
+    /** The reasons the loaded proto declares (see `errorReasons`). */
+    this.reasons = new Set(reasonsOf(agw));
     this.timeoutMs = timeoutMs;
     this.streamTimeoutMs = streamTimeoutMs;
     this.metadata = new grpc.Metadata();
@@ -335,6 +408,21 @@ class AgwClient {
 module.exports = {
   AgwClient,
   AgwError,
+  AgentNotFound,
+  ChatNotFound,
+  RunNotFound,
+  ToolNotFound,
+  InvalidRequest,
+  Conflict,
+  ChatBusy,
+  ProviderNotConfigured,
+  Overloaded,
+  PayloadTooLarge,
+  BudgetExhausted,
+  ShuttingDown,
+  ProviderError,
+  ProviderTimeout,
+  ERROR_CLASSES,
   RunFailed,
   QueryStream,
   DEFAULT_TARGET,
@@ -342,6 +430,7 @@ module.exports = {
   PROTO_DIR,
   GOOGLEAPIS_DIR,
   loadProto,
+  errorReasons,
   fold,
   fromValue,
   fromStruct,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.core.errors import AgwError
+from service.core.errors import SandboxUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +73,6 @@ _GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n"
 _JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 _READ_CHUNK = 65536
 _REAP_TIMEOUT_S = 5.0
-
-
-class SandboxUnavailable(AgwError):
-    """The sandbox cannot be built here (missing tool, path or kernel feature)."""
-
-    reason = "SANDBOX_UNAVAILABLE"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,32 @@
-"""One tree of domain errors, each with a stable `reason`.
+"""One tree of domain errors, each with a stable `reason`, and the one table of them.
 
-The transport maps each class to a gRPC status (service/transport/errors.py);
-a run that has started reports them as `run.error` with the same reason.
+Every error that crosses the wire is defined here. `STATUS_OF` is the table:
+each class → the `Status` a refused call gets; its `reason` (a class attribute)
+is the string clients branch on, declared in proto/agw/v1/errors.proto as
+`ERROR_REASON_<reason>`. The transport maps `Status` to its protocol's code
+(service/transport/errors.py); a run that has started reports the same errors
+as `run.error` with the same reason. `EVENT_REASONS` are the reasons sent only
+in events (a plan task's `task.fail`), never raised.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+
+class Status(StrEnum):
+    """How a refused call is answered: the gRPC status codes the service uses, by name."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
 
 
 class AgwError(Exception):
@@ -42,10 +64,22 @@ class RunNotFound(NotFound):
     reason = "RUN_NOT_FOUND"
 
 
+class ToolNotFound(NotFound):
+    """An agent names a tool that is not defined (or not of the kind it says)."""
+
+    reason = "TOOL_NOT_FOUND"
+
+
 class Conflict(AgwError):
     """The request conflicts with current state (e.g. a run already active on the chat)."""
 
     reason = "CONFLICT"
+
+
+class ChatBusy(Conflict):
+    """The chat has an active run and the query's strategy is to reject."""
+
+    reason = "CHAT_BUSY"
 
 
 class Overloaded(AgwError):
@@ -88,7 +122,6 @@ class ProviderError(AgwError):
         *,
         status: int | None = None,
         retryable: bool = False,
-        reason: str | None = None,
     ) -> None:
         super().__init__(
             f"provider {provider!r}: {message}",
@@ -98,8 +131,12 @@ class ProviderError(AgwError):
         self.provider = provider
         self.status = status
         self.retryable = retryable
-        if reason:
-            self.reason = reason
+
+
+class ProviderStreamError(ProviderError):
+    """The provider reported an error inside its stream (an `error` chunk)."""
+
+    reason = "PROVIDER_STREAM_ERROR"
 
 
 class ProviderTimeout(ProviderError):
@@ -112,3 +149,71 @@ class ProviderNotConfigured(AgwError):
     """An agent names a provider that no setting defines."""
 
     reason = "PROVIDER_NOT_CONFIGURED"
+
+
+class StoreFailed(AgwError):
+    """A chat file could not be made durable; it accepts no more appends."""
+
+    reason = "STORE_FAILED"
+
+
+class SandboxUnavailable(AgwError):
+    """The sandbox cannot be built here (missing tool, path or kernel feature)."""
+
+    reason = "SANDBOX_UNAVAILABLE"
+
+
+class PlanFailed(AgwError):
+    """The model did not produce a usable plan."""
+
+    reason = "PLAN_FAILED"
+
+
+#: The table: every error class that crosses the wire → the status of a refused call.
+#: A subclass not listed (e.g. `AgentDefinitionError`) takes its nearest listed base's
+#: status and reason. Each status is part of the contract: never change one.
+STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
+    {
+        AgwError: Status.INTERNAL,
+        InvalidRequest: Status.INVALID_ARGUMENT,
+        NotFound: Status.NOT_FOUND,
+        AgentNotFound: Status.NOT_FOUND,
+        ChatNotFound: Status.NOT_FOUND,
+        RunNotFound: Status.NOT_FOUND,
+        ToolNotFound: Status.NOT_FOUND,
+        Conflict: Status.FAILED_PRECONDITION,
+        ChatBusy: Status.FAILED_PRECONDITION,
+        ProviderNotConfigured: Status.FAILED_PRECONDITION,
+        Overloaded: Status.RESOURCE_EXHAUSTED,
+        PayloadTooLarge: Status.RESOURCE_EXHAUSTED,
+        BudgetExhausted: Status.RESOURCE_EXHAUSTED,
+        ShuttingDown: Status.UNAVAILABLE,
+        ProviderError: Status.UNAVAILABLE,
+        ProviderStreamError: Status.UNAVAILABLE,
+        ProviderTimeout: Status.DEADLINE_EXCEEDED,
+        StoreFailed: Status.INTERNAL,
+        SandboxUnavailable: Status.INTERNAL,
+        PlanFailed: Status.INTERNAL,
+    }
+)
+
+#: A plan task's failure as reported by the model (`task.fail` only).
+TASK_FAILED: Final = "TASK_FAILED"
+#: The model did not report a plan task, even when asked again (`task.fail` only).
+TASK_NOT_REPORTED: Final = "TASK_NOT_REPORTED"
+#: The reasons sent only in events, never raised as an error.
+EVENT_REASONS: Final[tuple[str, ...]] = (TASK_FAILED, TASK_NOT_REPORTED)
+
+
+def status_of(error: AgwError) -> Status:
+    """The status of `error`: that of its class, or of its nearest listed base."""
+    for cls in type(error).__mro__:
+        if issubclass(cls, AgwError) and cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return STATUS_OF[AgwError]
+
+
+def reasons() -> dict[str, Status | None]:
+    """Every reason the service sends → the status of a call refused with it (None: events only)."""
+    table: dict[str, Status | None] = {cls.reason: status for cls, status in STATUS_OF.items()}
+    return table | dict.fromkeys(EVENT_REASONS)

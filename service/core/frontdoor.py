@@ -40,8 +40,8 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import (
+    ChatBusy,
     ChatNotFound,
-    Conflict,
     InvalidRequest,
     Overloaded,
     RunNotFound,
@@ -66,12 +66,6 @@ log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-
-
-class ChatBusy(Conflict):
-    """The chat has an active run and the query's strategy is to reject."""
-
-    reason = "CHAT_BUSY"
 
 
 @dataclass(frozen=True, slots=True)

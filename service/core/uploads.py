@@ -97,9 +97,7 @@ class UploadStore:
         (folder / "content").write_bytes(content)
         (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
 
-    async def get(
-        self, upload_id: str, owner: Principal = ANONYMOUS
-    ) -> tuple[StoredUpload, bytes]:
+    async def get(self, upload_id: str, owner: Principal = ANONYMOUS) -> tuple[StoredUpload, bytes]:
         """The upload and its content; another principal's upload is not found."""
         if not _ID.match(upload_id):
             shown = shorten(upload_id)

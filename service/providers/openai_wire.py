@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 
-from service.core.errors import ProviderError
+from service.core.errors import ProviderError, ProviderStreamError
 from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
 
 __all__ = [
@@ -91,9 +91,7 @@ def parse_chunk(provider: str, data: str) -> ModelDelta | None:
         msg = _message_of(obj) or str(err)[:500]
         code = err.get("code") if isinstance(err, dict) else None
         status = code if isinstance(code, int) else None
-        raise ProviderError(
-            provider, f"stream error: {msg}", status=status, reason="PROVIDER_STREAM_ERROR"
-        )
+        raise ProviderStreamError(provider, f"stream error: {msg}", status=status)
     usage = _usage(obj.get("usage"))
     choices = obj.get("choices")
     if not choices:

@@ -27,21 +27,15 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from service.core.errors import AgwError, ChatNotFound
-from service.core.ids import check_chat_id, valid_chat_id
 from service.core.commands import ANONYMOUS, Principal
+from service.core.errors import ChatNotFound, StoreFailed
+from service.core.ids import check_chat_id, valid_chat_id
 from service.core.ports import ChatSummary, Record
 from service.state.summaries import page_of, summarize
 
 log = logging.getLogger("agw.store")
 
 FsyncPolicy = Literal["run", "always", "never"]
-
-
-class StoreFailed(AgwError):
-    """A chat file could not be made durable; it accepts no more appends."""
-
-    reason = "STORE_FAILED"
 
 
 def upgrade_record(record: Record) -> Record:

@@ -11,9 +11,9 @@ import copy
 import time
 from collections.abc import Sequence
 
+from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound
 from service.core.events import Event
-from service.core.commands import ANONYMOUS, Principal
 from service.core.ports import ChatSummary, Record
 from service.state.summaries import page_of, summarize
 

@@ -1,8 +1,10 @@
-"""The one table from domain errors to gRPC status codes.
+"""Domain errors as gRPC statuses.
 
-The status carries the human message, and its details a
-`google.rpc.ErrorInfo` with the error's stable `reason` (domain "agw.v1") and
-metadata, so clients can branch on the reason rather than on the text.
+The core's table (service/core/errors.py) gives each error its `Status` and
+stable `reason`; `GRPC_CODE` maps each `Status` to its gRPC code. The status
+carries the human message, and its details a `google.rpc.ErrorInfo` with the
+reason (domain "agw.v1", declared in proto/agw/v1/errors.proto) and metadata,
+so clients can branch on the reason rather than on the text.
 """
 
 from __future__ import annotations
@@ -17,26 +19,21 @@ from service.core import errors as e
 
 DOMAIN = "agw.v1"
 
-#: Most specific class first.
-STATUS_OF: tuple[tuple[type[e.AgwError], grpc.StatusCode], ...] = (
-    (e.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
-    (e.NotFound, grpc.StatusCode.NOT_FOUND),
-    (e.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
-    (e.ProviderNotConfigured, grpc.StatusCode.FAILED_PRECONDITION),
-    (e.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (e.PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (e.BudgetExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (e.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
-    (e.ProviderTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (e.ProviderError, grpc.StatusCode.UNAVAILABLE),
-)
+#: The core's status kinds → gRPC status codes.
+GRPC_CODE: dict[e.Status, grpc.StatusCode] = {
+    e.Status.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    e.Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    e.Status.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    e.Status.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    e.Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    e.Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    e.Status.INTERNAL: grpc.StatusCode.INTERNAL,
+}
 
 
 def status_code_of(error: e.AgwError) -> grpc.StatusCode:
-    for cls, code in STATUS_OF:
-        if isinstance(error, cls):
-            return code
-    return grpc.StatusCode.INTERNAL
+    """The gRPC code of `error`, from the core's table."""
+    return GRPC_CODE[e.status_of(error)]
 
 
 def status_details(error: e.AgwError, code: grpc.StatusCode) -> bytes:

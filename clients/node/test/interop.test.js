@@ -5,7 +5,9 @@
 // "fail" with an HTTP 500.
 const assert = require('node:assert/strict');
 const { after, test } = require('node:test');
-const { AgwClient, AgwError, RunFailed, status } = require('../index.js');
+const {
+  AgwClient, AgwError, AgentNotFound, ERROR_CLASSES, RunFailed, RunNotFound, errorReasons, status,
+} = require('../index.js');
 
 const agw = new AgwClient(process.env.AGW_TARGET);
 after(() => agw.close());
@@ -42,14 +44,30 @@ test('ask folds the answer and keeps the chat', async () => {
   assert.notEqual(second.runId, first.runId);
 });
 
-test('a status carries its code and reason', async () => {
+test('a status carries its code, its reason and the class of the reason family', async () => {
   await assert.rejects(agw.ask('nope', 'Hi'), (error) => {
-    assert.ok(error instanceof AgwError);
+    assert.ok(error instanceof AgentNotFound && error instanceof AgwError);
+    assert.equal(error.name, 'AgentNotFound');
     assert.equal(error.code, status.NOT_FOUND);
     assert.equal(error.reason, 'AGENT_NOT_FOUND');
+    assert.ok(agw.reasons.has(error.reason));
     assert.equal(error.domain, 'agw.v1');
     return true;
   });
+  await assert.rejects(agw.cancel('no-such-run'), (error) => {
+    assert.ok(error instanceof RunNotFound);
+    assert.deepEqual([error.code, error.reason], [status.NOT_FOUND, 'RUN_NOT_FOUND']);
+    return true;
+  });
+});
+
+test('every reason family is a reason of the proto, sent with its status', () => {
+  const declared = errorReasons();
+  assert.deepEqual([...agw.reasons], [...declared]);
+  for (const [reason, Class] of Object.entries(ERROR_CLASSES)) {
+    assert.ok(declared.has(reason), reason);
+    assert.equal(typeof Class.status, 'number', reason);
+  }
 });
 
 test('cancel ends the stream with run.cancel', async () => {

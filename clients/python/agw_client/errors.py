@@ -1,10 +1,14 @@
 """Typed exceptions: gRPC statuses of the gateway, and runs that ended badly.
 
-A call the gateway refuses raises an `RpcError` subclass chosen by its status
-code; it carries the code, the human message and, from the status details, the
-`google.rpc.ErrorInfo` the gateway attaches (domain "agw.v1", a stable
-`reason` such as "AGENT_NOT_FOUND", and metadata). Branch on `reason` rather
-than on the text.
+A call the gateway refuses raises an `RpcError` subclass; it carries the code,
+the human message and, from the status details, the `google.rpc.ErrorInfo` the
+gateway attaches (domain "agw.v1", a stable `reason` such as "AGENT_NOT_FOUND",
+and metadata). The class is chosen by the reason (`AgentNotFound`, `ChatBusy`,
+`Overloaded`, ... see `REASON_CLASSES`), each a subclass of the class named
+after its status code (`NotFound`, `FailedPrecondition`, ...); a reason this
+client does not know gets the status code's class. Branch on the class or on
+`reason` rather than on the text. `REASONS` are the reasons declared in
+agw/v1/errors.proto.
 
 A run that started and then failed is not a status: its stream ends with a
 `run.error` event. The folding helpers turn that into `RunFailed` (and
@@ -16,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+from agw.v1 import errors_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 DOMAIN = "agw.v1"
@@ -144,6 +149,115 @@ _BY_CODE: dict[grpc.StatusCode, type[RpcError]] = {
 }
 
 
+# One class per reason family, under the class of the status the gateway sends it with.
+
+
+class InvalidRequest(InvalidArgument):
+    """The request is malformed or misses a required field, or a definition is invalid."""
+
+
+class AgentNotFound(NotFound):
+    """No agent has the requested key."""
+
+
+class ChatNotFound(NotFound):
+    """No chat has the requested id."""
+
+
+class RunNotFound(NotFound):
+    """No active, recent or archived run has the requested id."""
+
+
+class ToolNotFound(NotFound):
+    """An agent names a tool that is not defined."""
+
+
+class Conflict(FailedPrecondition):
+    """The request conflicts with the gateway's current state."""
+
+
+class ChatBusy(Conflict):
+    """The chat has an active run and the query's multitask strategy is to reject."""
+
+
+class ProviderNotConfigured(FailedPrecondition):
+    """An agent names a provider that the gateway's settings do not define."""
+
+
+class Overloaded(ResourceExhausted):
+    """Too many active runs; retry later."""
+
+
+class PayloadTooLarge(ResourceExhausted):
+    """A payload or upload exceeds its configured limit."""
+
+
+class BudgetExhausted(ResourceExhausted):
+    """A run used up one of its budgets (once the run started: `RunFailed` with this reason)."""
+
+
+class ShuttingDown(Unavailable):
+    """The gateway is draining and accepts no new runs; retry on another instance."""
+
+
+class ProviderError(Unavailable):
+    """A model provider failed: connection, HTTP status, or an error in its stream.
+
+    Providers are called once a run has started, so this usually arrives as a
+    run's failure instead: `RunFailed` with reason "PROVIDER_ERROR".
+    """
+
+
+class ProviderTimeout(DeadlineExceeded):
+    """A provider did not connect or send data in time (in a run: `RunFailed` with this reason)."""
+
+
+#: The one table: reason (as the proto enum's value) → the class a refused call raises.
+#: Reasons only ever sent in `task.fail` events (TASK_FAILED, TASK_NOT_REPORTED) have none.
+_CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
+    errors_pb2.ERROR_REASON_INTERNAL: Internal,
+    errors_pb2.ERROR_REASON_INVALID_REQUEST: InvalidRequest,
+    errors_pb2.ERROR_REASON_NOT_FOUND: NotFound,
+    errors_pb2.ERROR_REASON_AGENT_NOT_FOUND: AgentNotFound,
+    errors_pb2.ERROR_REASON_CHAT_NOT_FOUND: ChatNotFound,
+    errors_pb2.ERROR_REASON_RUN_NOT_FOUND: RunNotFound,
+    errors_pb2.ERROR_REASON_TOOL_NOT_FOUND: ToolNotFound,
+    errors_pb2.ERROR_REASON_CONFLICT: Conflict,
+    errors_pb2.ERROR_REASON_CHAT_BUSY: ChatBusy,
+    errors_pb2.ERROR_REASON_PROVIDER_NOT_CONFIGURED: ProviderNotConfigured,
+    errors_pb2.ERROR_REASON_OVERLOADED: Overloaded,
+    errors_pb2.ERROR_REASON_PAYLOAD_TOO_LARGE: PayloadTooLarge,
+    errors_pb2.ERROR_REASON_BUDGET_EXHAUSTED: BudgetExhausted,
+    errors_pb2.ERROR_REASON_SHUTTING_DOWN: ShuttingDown,
+    errors_pb2.ERROR_REASON_PROVIDER_ERROR: ProviderError,
+    errors_pb2.ERROR_REASON_PROVIDER_STREAM_ERROR: ProviderError,
+    errors_pb2.ERROR_REASON_PROVIDER_TIMEOUT: ProviderTimeout,
+    errors_pb2.ERROR_REASON_STORE_FAILED: Internal,
+    errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
+    errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,
+}
+
+_PREFIX = "ERROR_REASON_"
+
+
+def reason_name(value: errors_pb2.ErrorReason.ValueType) -> str:
+    """The wire string of an `ErrorReason` value: its name without the prefix."""
+    return errors_pb2.ErrorReason.Name(value).removeprefix(_PREFIX)
+
+
+#: Every reason declared in agw/v1/errors.proto, as sent on the wire.
+REASONS: frozenset[str] = frozenset(
+    reason_name(value)
+    for value in errors_pb2.ErrorReason.values()
+    if value != errors_pb2.ERROR_REASON_UNSPECIFIED
+)
+
+#: Reason (as sent) → the class a call refused with it raises.
+REASON_CLASSES: dict[str, type[RpcError]] = {
+    reason_name(value): cls for value, cls in _CLASS_OF.items()
+}
+
+
 class RunFailed(AgwError):
     """A run ended with `run.error`; `reason` is its stable reason (e.g. "PROVIDER_ERROR")."""
 
@@ -178,8 +292,17 @@ def from_rpc_error(error: grpc.RpcError) -> RpcError:
             if detail.Unpack(info):
                 reason, domain, metadata = info.reason, info.domain, dict(info.metadata)
                 break
-    cls = _BY_CODE.get(code, RpcError)
-    return cls(code, message, reason=reason, domain=domain, metadata=metadata, status=status)
+    return error_class(code, reason)(
+        code, message, reason=reason, domain=domain, metadata=metadata, status=status
+    )
+
+
+def error_class(code: grpc.StatusCode, reason: str = "") -> type[RpcError]:
+    """The class of a status: the reason's, when it is known and sent with this code."""
+    by_reason = REASON_CLASSES.get(reason)
+    if by_reason is not None and by_reason.status_code == code:
+        return by_reason
+    return _BY_CODE.get(code, RpcError)
 
 
 def _status_of(trailers: Any) -> status_pb2.Status | None:

@@ -999,7 +999,9 @@ class ErrorDetail(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """Stable reason code, e.g. "PROVIDER_ERROR", "BUDGET_EXHAUSTED", "TIMEOUT"."""
+    """Stable reason: an `ErrorReason` (errors.proto) named without its
+    `ERROR_REASON_` prefix, e.g. "PROVIDER_ERROR", "BUDGET_EXHAUSTED".
+    """
     message: _builtins.str
     """Human-readable description."""
     @_builtins.property

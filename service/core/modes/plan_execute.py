@@ -30,7 +30,7 @@ from typing import Any
 
 from service.core import events
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
-from service.core.errors import AgwError
+from service.core.errors import TASK_FAILED, TASK_NOT_REPORTED, AgwError, PlanFailed
 from service.core.runner import Outcome, RunContext
 from service.core.tools.conversation import Conversation, finish
 from service.core.tools.definitions import ToolDefinition
@@ -57,12 +57,6 @@ UPDATE_REPAIR = (
     "You have not reported the task. Call " + PLAN_UPDATE_TASK_TOOL + " now with taskId "
     '"{task_id}", status "completed" and the result, or status "failed" and the reason.'
 )
-
-
-class PlanFailed(AgwError):
-    """The model did not produce a usable plan."""
-
-    reason = "PLAN_FAILED"
 
 
 async def run_plan_execute(ctx: RunContext) -> Outcome:
@@ -193,9 +187,9 @@ async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
         raise
     if update is None:
         reason = f"the model did not report the task with {PLAN_UPDATE_TASK_TOOL}"
-        _fail(ctx, plan, task, "TASK_NOT_REPORTED", reason)
+        _fail(ctx, plan, task, TASK_NOT_REPORTED, reason)
     elif update.status == "failed":
-        _fail(ctx, plan, task, "TASK_FAILED", update.result or "the task failed")
+        _fail(ctx, plan, task, TASK_FAILED, update.result or "the task failed")
     else:
         task.status, task.result = "completed", update.result
         out.emit(events.task_complete(task.task_id, update.result))

@@ -26,7 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from service.core.errors import InvalidRequest, NotFound
+from service.core.errors import InvalidRequest
+from service.core.errors import ToolNotFound as ToolNotFound  # raised by the registry
 from service.core.events import to_struct
 
 ToolKind = Literal["backend", "frontend", "action"]
@@ -40,12 +41,6 @@ SUFFIXES: dict[str, tuple[ToolKind, str]] = {
     ".dqlc": ("frontend", "dqlc"),
 }
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
-
-
-class ToolNotFound(NotFound):
-    """An agent names a tool that is not defined (or not of the kind it says)."""
-
-    reason = "TOOL_NOT_FOUND"
 
 
 class ToolError(Exception):
