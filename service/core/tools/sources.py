@@ -1,0 +1,191 @@
+"""Tool sources: where the tools of the `ToolRegistry` come from.
+
+A `ToolSource` is a named source that lists `ToolDefinition`s and, if it
+executes tools, gives the implementation (`ToolHandler`) of each backend tool it
+defines. Two sources exist:
+
+- `BuiltinTools`: the backend tools implemented in code (`BackendTool`s).
+- `ToolFiles`: the tool files of a directory (`*.backend`, `*.action`, `*.html`,
+  `*.qlc`, `*.dqlc`), watched and reloaded (a `DirectoryRegistry`).
+
+A source either executes (it can run the backend tools it defines) or only
+describes (`executes` is False): a describing source's backend entry redescribes
+(description, parameters, `after_call_hint`, time-out) a backend tool an earlier
+executing source defines, and a backend entry with no such tool is an error
+reported on its origin. That is how a `.backend` file redescribes a built-in; a
+source that calls tools elsewhere (an HTTP endpoint, an MCP server) is an
+executing source like the built-ins.
+
+The registry reads a source's `version` on every resolution (each model turn, each
+call) and reads its tools again when it changed, so a source whose tools change
+while a run goes on is seen on the run's next turn. Adding a tool source is a
+new module implementing `ToolSource` plus one registration: an entry in the
+`sources` of the `ToolRegistry` the service builds (service/app.py), or
+`ToolRegistry.add_source`. Sources resolve in order: the built-ins, the added
+sources, then the tool files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from service.core.directory import (
+    Combined,
+    DirectoryChange,
+    DirectoryRegistry,
+    InvalidFile,
+    first_wins,
+)
+from service.core.tools.definitions import (
+    ToolDefinition,
+    ToolDefinitionError,
+    kind_of,
+    load_tool_file,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallInfo:
+    """What a tool implementation knows about the call it serves."""
+
+    run_id: str
+    chat_id: str
+    tool_id: str
+    tool_name: str
+    task_id: str = ""
+    # Ask the user a question and wait for the answer (question.ask / Submit).
+    ask: Callable[[str, Sequence[str]], Awaitable[Any]] | None = None
+
+
+class ToolHandler(Protocol):
+    """A backend tool's implementation: the parsed arguments in, a JSON-compatible result out."""
+
+    def __call__(self, arguments: dict[str, Any], call: ToolCallInfo) -> Awaitable[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BackendTool:
+    """A built-in backend tool: its default definition and its implementation."""
+
+    definition: ToolDefinition
+    handler: ToolHandler
+
+
+class ToolSource(Protocol):
+    """A named source of tools, read by the `ToolRegistry` whenever its `version` moved.
+
+    Each definition's `source` says where it comes from (a file name, a server):
+    the registry reports a definition it refuses under that name.
+    """
+
+    @property
+    def name(self) -> str:
+        """The source as named in messages ("built-in", "tool files", …)."""
+        ...
+
+    @property
+    def executes(self) -> bool:
+        """Whether it runs its backend tools (False: it only describes tools)."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Increments whenever `definitions()`, `errors` or a handler changes."""
+        ...
+
+    @property
+    def errors(self) -> Mapping[str, str]:
+        """Origin (a file, a server) → why (some of) its tools are not loaded as written."""
+        ...
+
+    def definitions(self) -> Mapping[str, ToolDefinition]:
+        """The tools it defines now, by name, in its order."""
+        ...
+
+    def handler(self, name: str) -> ToolHandler | None:
+        """The implementation of backend tool `name` (None: it has none)."""
+        ...
+
+
+class BuiltinTools:
+    """The backend tools implemented in code."""
+
+    name = "built-in"
+    executes = True
+
+    def __init__(self, tools: Iterable[BackendTool] = ()) -> None:
+        self._tools: dict[str, BackendTool] = {t.definition.name: t for t in tools}
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def errors(self) -> Mapping[str, str]:
+        return {}
+
+    def register(self, tool: BackendTool) -> None:
+        """Add or replace a built-in backend tool."""
+        self._tools = {**self._tools, tool.definition.name: tool}
+        self._version += 1
+
+    def definitions(self) -> Mapping[str, ToolDefinition]:
+        return {name: tool.definition for name, tool in self._tools.items()}
+
+    def handler(self, name: str) -> ToolHandler | None:
+        tool = self._tools.get(name)
+        return tool.handler if tool is not None else None
+
+
+def is_tool_file(path: Path) -> bool:
+    """Whether a file name is a tool file (a known suffix, not a dotfile or editor temp)."""
+    name = path.name
+    return (
+        kind_of(path) is not None
+        and not name.startswith((".", "#", "~"))
+        and len(name) > len(path.suffix)
+    )
+
+
+class ToolFileKind:
+    """Tool files: several tools per file, the kind set by the suffix; a name defined twice
+    keeps its first definition (files in name order) and is reported on the later file."""
+
+    noun = "tool"
+
+    def relevant(self, path: Path) -> bool:
+        return is_tool_file(path)
+
+    def load(self, path: Path) -> Sequence[ToolDefinition]:
+        try:
+            return load_tool_file(path)
+        except ToolDefinitionError as exc:
+            raise InvalidFile(str(exc)) from exc
+
+    def combine(self, files: Mapping[str, Sequence[ToolDefinition]]) -> Combined[ToolDefinition]:
+        return first_wins(files, lambda tool: tool.name)
+
+
+class ToolFiles(DirectoryRegistry[ToolDefinition]):
+    """The tool files of a directory: a describing source (its tools run elsewhere)."""
+
+    name = "tool files"
+    executes = False
+
+    def __init__(
+        self, directory: Path, *, on_change: Callable[[DirectoryChange], None] | None = None
+    ) -> None:
+        super().__init__(directory, ToolFileKind(), on_change=on_change, logger=log)
+
+    def definitions(self) -> Mapping[str, ToolDefinition]:
+        return self.items
+
+    def handler(self, name: str) -> ToolHandler | None:
+        return None
