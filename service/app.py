@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from service import state
+from service import security, state
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
 from service.config import ProviderSettings, Settings
@@ -122,11 +122,17 @@ class App:
                 currency=settings.currency,
             ),
         )
+        self.authenticator = security.authenticator(settings)
+        security.check_exposure(settings, self.authenticator)
+        self.tls = security.tls_material(settings)
         self.grpc = GrpcServer(
             self.frontdoor,
             settings.grpc_address,
             keepalive_time_s=settings.keepalive_time_s,
             cancel_on_disconnect=settings.disconnect_policy == "cancel",
+            authenticator=self.authenticator,
+            max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
+            tls=self.tls,
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None

@@ -58,6 +58,14 @@ class ModelPrice(BaseModel):
     cached_input_per_million: float | None = None  # default: the input price
 
 
+class ApiKeySettings(BaseModel):
+    """One accepted API key and whom it stands for."""
+
+    key: SecretStr = Field(description="the key in clear, or 'sha256:<hex digest>'")
+    tenant: str = "default"
+    subject: str
+
+
 class Settings(BaseSettings):
     """The service's settings (see README for the full table)."""
 
@@ -71,6 +79,7 @@ class Settings(BaseSettings):
     # Network
     grpc_address: str = "127.0.0.1:50051"
     max_concurrent_runs: int = 1000
+    max_concurrent_rpcs: int = 0  # calls in flight before gRPC refuses more; 0: runs + 256
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
 
@@ -82,6 +91,19 @@ class Settings(BaseSettings):
     http_write_timeout_s: float = 30.0  # an SSE client that reads nothing this long is dropped
     http_max_body_bytes: int = 16 * 1024 * 1024
     http_cors_origins: list[str] = Field(default_factory=list)  # "*" allows any origin
+
+    # Security (README "Security"): credentials in the `authorization` header, TLS
+    auth_api_keys: list[ApiKeySettings] = Field(default_factory=list)
+    auth_jwt_jwks_url: str = ""  # an OIDC issuer's JWKS URL
+    auth_jwt_public_key: str = ""  # or a PEM public key
+    auth_jwt_secret: SecretStr = SecretStr("")  # or an HMAC secret
+    auth_jwt_algorithms: list[str] = Field(default_factory=list)  # default: by the key kind
+    auth_jwt_issuer: str = ""
+    auth_jwt_audience: str = ""
+    auth_jwt_tenant_claim: str = "tenant"  # the claim naming the tenant; `sub` is the subject
+    allow_unauthenticated: bool = False  # serve a non-loopback address with no credentials
+    tls_cert_file: Path | None = None  # PEM certificate chain: serve gRPC and HTTP over TLS
+    tls_key_file: Path | None = None
 
     # Agents
     agents_dir: Path = Path("agents")

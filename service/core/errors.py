@@ -26,6 +26,7 @@ class Status(StrEnum):
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     UNAVAILABLE = "UNAVAILABLE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
     INTERNAL = "INTERNAL"
 
 
@@ -172,9 +173,16 @@ class PlanFailed(AgwError):
 #: The table: every error class that crosses the wire → the status of a refused call.
 #: A subclass not listed (e.g. `AgentDefinitionError`) takes its nearest listed base's
 #: status and reason. Each status is part of the contract: never change one.
+class Unauthenticated(AgwError):
+    """The call carries no valid credentials (API key or bearer token)."""
+
+    reason = "UNAUTHENTICATED"
+
+
 STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
     {
         AgwError: Status.INTERNAL,
+        Unauthenticated: Status.UNAUTHENTICATED,
         InvalidRequest: Status.INVALID_ARGUMENT,
         NotFound: Status.NOT_FOUND,
         AgentNotFound: Status.NOT_FOUND,

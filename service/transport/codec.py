@@ -20,8 +20,10 @@ from google.protobuf import json_format, struct_pb2
 
 from service.core.agents import AgentDefinition
 from service.core.commands import (
+    ANONYMOUS,
     ChatView,
     DebugLevel,
+    Principal,
     QueryCommand,
     Reference,
     Strategy,
@@ -97,7 +99,7 @@ def json_value(message: struct_pb2.Value, name: str) -> Any:
     return _to_json(message, name)
 
 
-def query_command(request: gw.QueryRequest) -> QueryCommand:
+def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) -> QueryCommand:
     strategy = STRATEGIES.get(request.multitask_strategy)
     if request.multitask_strategy and strategy is None:
         raise InvalidRequest(f"unknown multitaskStrategy {request.multitask_strategy}")
@@ -127,10 +129,11 @@ def query_command(request: gw.QueryRequest) -> QueryCommand:
         stream=request.stream if request.HasField("stream") else True,
         debug_level=debug_level,
         strategy=strategy,
+        principal=principal,
     )
 
 
-def submit_command(request: gw.SubmitRequest) -> SubmitCommand:
+def submit_command(request: gw.SubmitRequest, principal: Principal = ANONYMOUS) -> SubmitCommand:
     return SubmitCommand(
         run_id=request.run_id,
         tool_id=request.tool_id,
@@ -138,16 +141,18 @@ def submit_command(request: gw.SubmitRequest) -> SubmitCommand:
         chat_id=request.chat_id,
         request_id=request.request_id,
         view_id=request.view_id,
+        principal=principal,
     )
 
 
-def upload_command(request: gw.UploadRequest) -> UploadCommand:
+def upload_command(request: gw.UploadRequest, principal: Principal = ANONYMOUS) -> UploadCommand:
     return UploadCommand(
         name=request.name,
         content=request.content,
         mime_type=request.mime_type,
         chat_id=request.chat_id,
         request_id=request.request_id,
+        principal=principal,
     )
 
 

@@ -19,6 +19,11 @@ from service.core import errors as e
 
 DOMAIN = "agw.v1"
 
+# A status travels in HTTP/2 trailers (16 KiB by default, for all of them): messages and
+# metadata that echo input are cut so that a refusal always fits.
+MAX_MESSAGE = 1024
+MAX_METADATA_VALUE = 256
+
 #: The core's status kinds → gRPC status codes.
 GRPC_CODE: dict[e.Status, grpc.StatusCode] = {
     e.Status.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -27,6 +32,7 @@ GRPC_CODE: dict[e.Status, grpc.StatusCode] = {
     e.Status.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     e.Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     e.Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    e.Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     e.Status.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -36,13 +42,17 @@ def status_code_of(error: e.AgwError) -> grpc.StatusCode:
     return GRPC_CODE[e.status_of(error)]
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def status_details(error: e.AgwError, code: grpc.StatusCode) -> bytes:
     """A serialized `google.rpc.Status` carrying the error's ErrorInfo."""
     info = any_pb2.Any()
-    info.Pack(
-        error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
-    )
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=[info])
+    metadata = {k[:64]: _cut(v, MAX_METADATA_VALUE) for k, v in error.metadata.items()}
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata))
+    message = _cut(error.message, MAX_MESSAGE)
+    status = status_pb2.Status(code=code.value[0], message=message, details=[info])
     serialized: bytes = status.SerializeToString()
     return serialized
 
@@ -52,6 +62,6 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: e.AgwError) 
     code = status_code_of(error)
     await context.abort(
         code,
-        error.message,
+        _cut(error.message, MAX_MESSAGE),
         trailing_metadata=(("grpc-status-details-bin", status_details(error, code)),),
     )

@@ -10,6 +10,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from service.core.frontdoor import FrontDoor
+from service.transport.auth import Authenticator
+from service.transport.guard import GatewayGuard
 from service.transport.servicer import AgentGatewayServicer
 
 log = logging.getLogger("agw.grpc")
@@ -27,10 +29,18 @@ class GrpcServer:
         *,
         keepalive_time_s: float = 60.0,
         cancel_on_disconnect: bool = False,
+        authenticator: Authenticator | None = None,
+        max_concurrent_rpcs: int | None = None,
+        tls: tuple[bytes, bytes] | None = None,
     ) -> None:
+        """`tls`: the PEM certificate chain and private key to serve TLS with."""
         self.front = front
         self.address = address
         self.server = grpc.aio.server(
+            interceptors=[GatewayGuard(authenticator or Authenticator())],
+            # Past this many calls in flight, gRPC answers RESOURCE_EXHAUSTED at once
+            # instead of queueing them (the front door refuses runs past its own limit).
+            maximum_concurrent_rpcs=max_concurrent_rpcs,
             options=[
                 ("grpc.keepalive_time_ms", int(keepalive_time_s * 1000)),
                 ("grpc.keepalive_timeout_ms", 20_000),
@@ -38,7 +48,7 @@ class GrpcServer:
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         gateway_pb2_grpc.add_AgentGatewayServicer_to_server(
             AgentGatewayServicer(front, cancel_on_disconnect=cancel_on_disconnect), self.server
@@ -48,7 +58,11 @@ class GrpcServer:
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
         )
-        self.port = self.server.add_insecure_port(address)
+        if tls is not None:
+            credentials = grpc.ssl_server_credentials([(tls[1], tls[0])])
+            self.port = self.server.add_secure_port(address, credentials)
+        else:
+            self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC address {address}")
 

@@ -24,6 +24,7 @@ from service.core.frontdoor import FrontDoor
 from service.core.instruments import active_streams
 from service.transport import codec
 from service.transport.errors import abort
+from service.transport.guard import principal
 from service.transport.tracing import rpc_span
 
 log = logging.getLogger("agw.grpc")
@@ -62,7 +63,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Query", context):
             try:
-                run = await self.front.query(codec.query_command(request))
+                run = await self.front.query(codec.query_command(request, principal()))
             except AgwError as error:
                 await abort(context, error)
                 return
@@ -76,11 +77,12 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Attach(self, request: gw.AttachRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Attach", context):
             try:
-                events = await self.front.attach(request.run_id, request.after_seq)
+                who = principal()
+                events = await self.front.attach(request.run_id, request.after_seq, who)
             except AgwError as error:
                 await abort(context, error)
                 return
-            if await self.front.is_live(request.run_id):  # accepted: the client may not wait
+            if await self.front.is_live(request.run_id, who):  # accepted: the client may not wait
                 await context.send_initial_metadata(())  # for an event to learn it (HTTP 200)
             await self._write_all(events, context, "Attach")
 
@@ -106,7 +108,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
 
     @unary
     async def Cancel(self, request: gw.CancelRequest, context: Context) -> gw.CancelResponse:
-        cancelled = await self.front.cancel(request.run_id)
+        cancelled = await self.front.cancel(request.run_id, principal())
         return gw.CancelResponse(
             cancelled=cancelled,
             detail="cancelling" if cancelled else "the run had already ended",
@@ -126,13 +128,16 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
 
     @unary
     async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:
-        return codec.submit_response(await self.front.submit(codec.submit_command(request)))
+        command = codec.submit_command(request, principal())
+        return codec.submit_response(await self.front.submit(command))
 
     @unary
     async def ListChats(
         self, request: gw.ListChatsRequest, context: Context
     ) -> gw.ListChatsResponse:
-        page, cursor = await self.front.list_chats(request.page_size, request.page_token)
+        page, cursor = await self.front.list_chats(
+            request.page_size, request.page_token, principal()
+        )
         return gw.ListChatsResponse(
             chats=[codec.chat_summary(c) for c in page], next_page_token=cursor
         )
@@ -140,11 +145,11 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     @unary
     async def GetChat(self, request: gw.GetChatRequest, context: Context) -> gw.GetChatResponse:
         view = await self.front.get_chat(
-            request.chat_id, include_records=request.include_raw_messages
+            request.chat_id, principal(), include_records=request.include_raw_messages
         )
         return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:
-        command = codec.upload_command(request)
+        command = codec.upload_command(request, principal())
         return codec.upload_response(await self.front.upload(command), command)

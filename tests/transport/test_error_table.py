@@ -121,6 +121,7 @@ def test_status_codes_are_the_contract() -> None:
         "STORE_FAILED": "INTERNAL",
         "SANDBOX_UNAVAILABLE": "INTERNAL",
         "PLAN_FAILED": "INTERNAL",
+        "UNAUTHENTICATED": "UNAUTHENTICATED",
     }
     # a subclass without its own entry takes its nearest listed base's status
     from service.core.agents import AgentDefinitionError

@@ -235,6 +235,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_STORE_FAILED: Internal,
     errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
     errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,
+    errors_pb2.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
 }
 
 _PREFIX = "ERROR_REASON_"

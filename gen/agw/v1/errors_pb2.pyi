@@ -107,6 +107,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """"task.fail" only: the model did not report the plan task, even when asked
     again.
     """
+    ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 70
+    """UNAUTHENTICATED: the call carries no valid credentials (an API key or a
+    bearer token, in the `authorization` header).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused or a run or plan task failed."""
@@ -182,5 +186,9 @@ ERROR_REASON_TASK_FAILED: ErrorReason.ValueType  # 61
 ERROR_REASON_TASK_NOT_REPORTED: ErrorReason.ValueType  # 62
 """"task.fail" only: the model did not report the plan task, even when asked
 again.
+"""
+ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 70
+"""UNAUTHENTICATED: the call carries no valid credentials (an API key or a
+bearer token, in the `authorization` header).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

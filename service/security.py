@@ -1,0 +1,75 @@
+"""Security settings → the authenticator, the TLS material, and the exposure check.
+
+The service refuses to start when it would serve a non-loopback address with
+no authentication, unless `allow_unauthenticated` says that is intended (for
+example behind a gateway that authenticates).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from service.config import Settings
+from service.transport.auth import Authenticator, JwtOptions, api_key
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+class UnsafeExposure(RuntimeError):
+    """The settings would serve a network address with no authentication."""
+
+
+def authenticator(settings: Settings) -> Authenticator:
+    """The authenticator the settings describe (disabled when they describe none)."""
+    keys = [api_key(k.key.get_secret_value(), k.tenant, k.subject) for k in settings.auth_api_keys]
+    secret = settings.auth_jwt_secret.get_secret_value()
+    jwt_options = None
+    if settings.auth_jwt_jwks_url or settings.auth_jwt_public_key or secret:
+        algorithms = settings.auth_jwt_algorithms or (
+            ["HS256"] if secret and not settings.auth_jwt_jwks_url else ["RS256", "ES256"]
+        )
+        jwt_options = JwtOptions(
+            jwks_url=settings.auth_jwt_jwks_url,
+            public_key=settings.auth_jwt_public_key,
+            secret=secret,
+            algorithms=tuple(algorithms),
+            issuer=settings.auth_jwt_issuer,
+            audience=settings.auth_jwt_audience,
+            tenant_claim=settings.auth_jwt_tenant_claim,
+        )
+    return Authenticator(keys, jwt_options)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether "host:port" binds only the loopback interface."""
+    host = address.rpartition(":")[0].strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "" or "0.0.0.0"-like wildcards, or a host name
+
+
+def check_exposure(settings: Settings, auth: Authenticator) -> None:
+    """Refuse to serve a non-loopback address without authentication (unless allowed)."""
+    if auth.enabled or settings.allow_unauthenticated:
+        return
+    exposed = [settings.grpc_address] if not is_loopback(settings.grpc_address) else []
+    if settings.http_enabled and not is_loopback(settings.http_address):
+        exposed.append(settings.http_address)
+    if exposed:
+        raise UnsafeExposure(
+            f"refusing to serve {', '.join(exposed)} without authentication: configure "
+            "AGW_AUTH_API_KEYS or AGW_AUTH_JWT_* (see README, Security), or set "
+            "AGW_ALLOW_UNAUTHENTICATED=true if another layer authenticates callers"
+        )
+
+
+def tls_material(settings: Settings) -> tuple[bytes, bytes] | None:
+    """The PEM certificate chain and key to serve TLS with, when configured."""
+    if settings.tls_cert_file is None and settings.tls_key_file is None:
+        return None
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        raise ValueError("TLS needs both AGW_TLS_CERT_FILE and AGW_TLS_KEY_FILE")
+    return settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes()
