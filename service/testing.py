@@ -6,12 +6,20 @@
 
 The harness runs the whole `App` (gRPC server on an ephemeral loopback port,
 real HTTP client to the provider), so tests exercise the real transports.
+
+`InProcess` runs the core alone, with no socket at all: the runtime over an agents
+directory, and a `ScriptedModel` (an in-process model) as its only provider.
+
+    model = ScriptedModel()
+    async with InProcess.start(agents_dir, model) as core:
+        model.enqueue([content("Hi"), finish("stop")])
+        events = await core.query("my_agent", "Hello")
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +32,54 @@ from agw.v1 import gateway_pb2_grpc
 
 from service.app import App
 from service.config import ProviderSettings, Settings
+from service.core.agent_registry import AgentRegistry
+from service.core.archive import RunArchive
+from service.core.jsonl_store import JsonlChatStore
+from service.core.model import ModelClient
+from service.core.runtime import Runtime, RuntimeOptions
+from service.core.tools.registry import BackendTool, ToolRegistry
+from service.core.uploads import UploadStore
 from service.providers.loopback import LoopbackProvider
+from service.providers.registry import ProviderRegistry
+from service.providers.scripted import (
+    DONE,
+    Gate,
+    Pause,
+    ScriptedCall,
+    ScriptedModel,
+    StreamError,
+    content,
+    fail,
+    finish,
+    reasoning,
+    tool_call,
+    tool_call_part,
+    tool_calls,
+    usage,
+)
+
+__all__ = [
+    "DONE",
+    "FAKE_MODEL",
+    "FAKE_PROVIDER",
+    "Gate",
+    "Harness",
+    "InProcess",
+    "Pause",
+    "ScriptedCall",
+    "ScriptedModel",
+    "StreamError",
+    "content",
+    "fail",
+    "finish",
+    "oneshot_agent",
+    "reasoning",
+    "tool_call",
+    "tool_call_part",
+    "tool_calls",
+    "usage",
+    "write_agent",
+]
 
 FAKE_PROVIDER = "fake"
 FAKE_MODEL = "fake-model"
@@ -97,3 +152,76 @@ class Harness:
         """Run a query to its end and return every event."""
         request = gw.QueryRequest(agent_key=agent_key, message=message, **fields)
         return [event async for event in self.stub.Query(request)]
+
+
+@dataclass
+class InProcess:
+    """The core without transports: the runtime, its agents and tools, one in-process model.
+
+    Every use of the runtime's API by in-process tests goes through this class.
+    """
+
+    runtime: Runtime
+    tools: ToolRegistry
+
+    @staticmethod
+    @asynccontextmanager
+    async def start(
+        agents_dir: Path,
+        model: ModelClient,
+        *,
+        default_model: str = FAKE_MODEL,
+        tools_dir: Path | None = None,
+        builtin: Iterable[BackendTool] = (),
+        data_dir: Path | None = None,
+    ) -> AsyncIterator[InProcess]:
+        """The runtime over the agents of `agents_dir`, with `model` as its only provider.
+
+        Chats, run logs and uploads go to `data/` beside `agents_dir` unless overridden.
+        """
+        data = data_dir or agents_dir.parent / "data"
+        agents = AgentRegistry(agents_dir)
+        agents.load_all()
+        tools = ToolRegistry(tools_dir, builtin=builtin)
+        tools.load_all()
+        providers = ProviderRegistry()
+        providers.register(model.key, model, default_model=default_model)
+        store = JsonlChatStore(data / "chats")
+        store.load_index()
+        runtime = Runtime(
+            agents,
+            providers,
+            store,
+            RunArchive(data / "runs", 3600.0),
+            UploadStore(data / "uploads", 16 * 1024 * 1024),
+            RuntimeOptions(),
+            tools=tools,
+        )
+        try:
+            yield InProcess(runtime, tools)
+        finally:
+            await runtime.drain(0)
+            await providers.aclose()
+
+    async def query(
+        self,
+        agent_key: str,
+        message: str,
+        *,
+        cancel_when: Callable[[pb.Event], bool] | None = None,
+        **fields: Any,
+    ) -> list[pb.Event]:
+        """Run a query to its end and return every event.
+
+        `cancel_when`: cancel the run after the first event it is true of.
+        """
+        run = await self.runtime.query(
+            gw.QueryRequest(agent_key=agent_key, message=message, **fields)
+        )
+        events = []
+        async for event in run.follow(0):
+            events.append(event)
+            if cancel_when is not None and cancel_when(event):
+                cancel_when = None
+                self.runtime.cancel(run.run_id)
+        return events
