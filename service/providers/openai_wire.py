@@ -22,7 +22,10 @@ __all__ = ["encode_body", "error_message", "parse_chunk", "request_body", "retry
 
 
 def request_body(request: ModelRequest, settings: ProviderSettings) -> dict[str, Any]:
-    """The JSON body sent upstream for `request` (streaming, with usage, `extra_body` merged)."""
+    """The JSON body sent upstream for `request` (streaming, with usage, `extra_body` merged).
+
+    The provider's `extra_body` is merged first, then the request's (the agent's `extraBody`).
+    """
     body: dict[str, Any] = {
         "model": request.model,
         "messages": request.messages,
@@ -51,6 +54,7 @@ def request_body(request: ModelRequest, settings: ProviderSettings) -> dict[str,
     elif style == "think":
         body["think"] = on
     _merge(body, settings.extra_body)
+    _merge(body, request.extra_body)
     return body
 
 
