@@ -6,12 +6,21 @@
 
 The harness runs the whole `App` (gRPC server on an ephemeral loopback port,
 real HTTP client to the provider), so tests exercise the real transports.
+
+`InProcess` runs the core alone, with no socket at all: the front door over an
+agents directory, in-memory state, and a `ScriptedModel` (an in-process model) as
+its only provider.
+
+    model = ScriptedModel()
+    async with InProcess.start(agents_dir, model) as core:
+        model.enqueue([content("Hi"), finish("stop")])
+        events = await core.query("my_agent", "Hello")
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +33,55 @@ from agw.v1 import gateway_pb2_grpc
 
 from service.app import App
 from service.config import ProviderSettings, Settings
+from service.core.agent_registry import AgentRegistry
+from service.core.commands import QueryCommand
+from service.core.frontdoor import FrontDoor, FrontDoorOptions
+from service.core.model import ModelClient
+from service.core.tools.registry import BackendTool, ToolRegistry
+from service.core.uploads import UploadStore
 from service.providers.loopback import LoopbackProvider
+from service.providers.registry import ProviderRegistry
+from service.providers.scripted import (
+    DONE,
+    Gate,
+    Pause,
+    ScriptedCall,
+    ScriptedModel,
+    StreamError,
+    content,
+    fail,
+    finish,
+    reasoning,
+    tool_call,
+    tool_call_part,
+    tool_calls,
+    usage,
+)
+from service.state.local_bus import LocalRunBus
+from service.state.memory import MemoryChatStore, MemoryRunLog
+
+__all__ = [
+    "DONE",
+    "FAKE_MODEL",
+    "FAKE_PROVIDER",
+    "Gate",
+    "Harness",
+    "InProcess",
+    "Pause",
+    "ScriptedCall",
+    "ScriptedModel",
+    "StreamError",
+    "content",
+    "fail",
+    "finish",
+    "oneshot_agent",
+    "reasoning",
+    "tool_call",
+    "tool_call_part",
+    "tool_calls",
+    "usage",
+    "write_agent",
+]
 
 FAKE_PROVIDER = "fake"
 FAKE_MODEL = "fake-model"
@@ -97,3 +154,74 @@ class Harness:
         """Run a query to its end and return every event."""
         request = gw.QueryRequest(agent_key=agent_key, message=message, **fields)
         return [event async for event in self.stub.Query(request)]
+
+
+@dataclass
+class InProcess:
+    """The core without transports: the front door, its agents and tools, one in-process model.
+
+    State is in memory (chats, run logs, live runs); uploads go to a directory.
+    """
+
+    frontdoor: FrontDoor
+    tools: ToolRegistry
+
+    @staticmethod
+    @asynccontextmanager
+    async def start(
+        agents_dir: Path,
+        model: ModelClient,
+        *,
+        default_model: str = FAKE_MODEL,
+        tools_dir: Path | None = None,
+        builtin: Iterable[BackendTool] = (),
+        data_dir: Path | None = None,
+    ) -> AsyncIterator[InProcess]:
+        """The front door over the agents of `agents_dir`, with `model` as its only provider.
+
+        Uploads go to `data/` beside `agents_dir` unless overridden.
+        """
+        data = data_dir or agents_dir.parent / "data"
+        agents = AgentRegistry(agents_dir)
+        agents.load_all()
+        tools = ToolRegistry(tools_dir, builtin=builtin)
+        tools.load_all()
+        providers = ProviderRegistry()
+        providers.register(model.key, model, default_model=default_model)
+        frontdoor = FrontDoor(
+            agents,
+            providers,
+            chats=MemoryChatStore(),
+            run_log=MemoryRunLog(),
+            bus=LocalRunBus(),
+            uploads=UploadStore(data / "uploads", 16 * 1024 * 1024),
+            tools=tools,
+            options=FrontDoorOptions(),
+        )
+        await frontdoor.open()
+        try:
+            yield InProcess(frontdoor, tools)
+        finally:
+            await frontdoor.drain(0)
+            await providers.aclose()
+
+    async def query(
+        self,
+        agent_key: str,
+        message: str,
+        *,
+        cancel_when: Callable[[pb.Event], bool] | None = None,
+        **fields: Any,
+    ) -> list[pb.Event]:
+        """Run a query to its end and return every event.
+
+        `cancel_when`: cancel the run after the first event it is true of.
+        """
+        run = await self.frontdoor.query(QueryCommand(agent_key, message, **fields))
+        events = []
+        async for event in run.follow(0):
+            events.append(event)
+            if cancel_when is not None and cancel_when(event):
+                cancel_when = None
+                await self.frontdoor.cancel(run.run_id)
+        return events

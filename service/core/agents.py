@@ -23,6 +23,10 @@ field by field (the stage wins; `reasoning` is merged field by field too), and t
 stage's `toolConfig` when the stage has that key (an explicit `null` clears the ordinary
 tools), else the outer one. PLAN_EXECUTE's planning tools are not part of `toolConfig`:
 the runner adds them (`PLAN_ADD_TASKS_TOOL`, `PLAN_UPDATE_TASK_TOOL`).
+
+`modelConfig.extraBody` holds request-body fields per provider key ("*": every provider);
+a stage's `extraBody` replaces the outer one whole; `ResolvedModel.body_for(provider)`
+gives the fields of one provider.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL)
 SCHEMA_FILE_NAME = "agent.schema.json"
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ProviderKey = Annotated[str, StringConstraints(min_length=1)]
 AgentKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
 
 # ---------------------------------------------------------------------------------------
@@ -129,6 +134,15 @@ class ModelConfig(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, gt=0)
+    extra_body: dict[ProviderKey, dict[str, Any]] | None = Field(
+        None,
+        alias="extraBody",
+        description=(
+            'Fields merged into the request body, per provider key ("*": every provider; '
+            "a provider's own entry wins key by key); they win over the provider's "
+            'extra_body setting. e.g. {"*": {"seed": 7}, "ollama": {"options": {"num_ctx": 8192}}}'
+        ),
+    )
 
 
 class ToolConfig(_Strict):
@@ -233,6 +247,11 @@ class ResolvedModel:
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    extra_body: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def body_for(self, provider: str) -> dict[str, Any]:
+        """The extra request-body fields for `provider`: the "*" entry, then its own."""
+        return {**self.extra_body.get("*", {}), **self.extra_body.get(provider, {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +448,9 @@ def _merge_models(*layers: ModelConfig | None) -> ResolvedModel:
         if layer is None:
             continue
         for name in layer.model_fields_set:
-            if name != "reasoning":
+            if name == "extra_body":
+                values[name] = layer.extra_body or {}
+            elif name != "reasoning":
                 values[name] = getattr(layer, name)
             elif layer.reasoning is None:
                 reasoning = {}

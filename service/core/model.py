@@ -38,6 +38,7 @@ class ModelRequest:
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into the request body
     # Context for the interaction log and traces; never sent upstream.
     run_id: str = ""
     stage: str = ""

@@ -127,6 +127,7 @@ def resolve_model(
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         max_tokens=cfg.max_tokens,
+        extra_body=cfg.body_for(provider),
         run_id=run_id,
         stage=STAGE_LABELS.get(stage.name, stage.name),
     )

@@ -5,19 +5,28 @@ responder and registers it as provider "demo", so the example agents answer
 through the very same HTTP client and SSE parser a real provider uses. The
 demo streams word by word, paced like a real model, and reasons first when the
 request switches reasoning on.
+
+What it does is decided by `demo_tools.decide` from the request's structure and
+the agent's script (the body's `script` field, set by an agent file with
+`modelConfig.extraBody: {"demo": {"script": {...}}}`); with no tool in play and
+no scripted answer, it echoes the user's message.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 from typing import Any
 
 from service.providers import loopback as lb
-from service.providers.demo_tools import tool_script
+from service.providers.demo_tools import Answer, Call, Script, decide
 
 DEMO_KEY = "demo"
 DEMO_MODEL = "agw-demo"
+SCRIPT_FIELD = "script"  # the body field carrying the agent's demo script
 _WORDS = re.compile(r"\S+\s*")
+_FRAGMENT = 12  # characters of JSON arguments per streamed fragment
 
 
 def _wants_reasoning(body: dict[str, Any]) -> bool:
@@ -62,25 +71,45 @@ def demo_reply(body: dict[str, Any]) -> tuple[str, str]:
 
 
 def demo_responder(delay_s: float) -> lb.Responder:
-    """A responder that streams `demo_reply` one word per chunk, `delay_s` apart."""
+    """A responder streaming the demo's turn one word (or argument fragment) per chunk."""
 
     def respond(body: dict[str, Any]) -> list[lb.ScriptItem]:
-        with_tools = tool_script(body, delay_s)  # tool calls, and answers from their results
-        if with_tools is not None:
-            return with_tools
-        reasoning, answer = demo_reply(body)
-        script: list[lb.ScriptItem] = []
-        for word in _words(reasoning):
-            script += [lb.Pause(delay_s), lb.reasoning(word)]
-        for word in _words(answer):
-            script += [lb.Pause(delay_s), lb.content(word)]
-        prompt = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
-        completion = len(_words(reasoning)) + len(_words(answer))
-        script += [
-            lb.finish("stop"),
-            lb.usage(prompt, completion, reasoning_tokens=len(_words(reasoning))),
-            lb.DONE,
-        ]
-        return script
+        turn = decide(body, Script.parse(body.get(SCRIPT_FIELD)))
+        thinking = _wants_reasoning(body)
+        if isinstance(turn, Call):
+            thought = f"I will call {turn.name} to get what I need." if thinking else ""
+            return _call(body, delay_s, thought, turn)
+        if isinstance(turn, Answer):
+            return _speak(body, delay_s, turn.thought if thinking else "", turn.text)
+        return _speak(body, delay_s, *demo_reply(body))
 
     return respond
+
+
+def _speak(body: dict[str, Any], delay_s: float, thought: str, answer: str) -> list[lb.ScriptItem]:
+    script: list[lb.ScriptItem] = []
+    for word in _words(thought):
+        script += [lb.Pause(delay_s), lb.reasoning(word)]
+    for word in _words(answer):
+        script += [lb.Pause(delay_s), lb.content(word)]
+    completion = len(_words(thought)) + len(_words(answer))
+    usage = lb.usage(_prompt_tokens(body), completion, reasoning_tokens=len(_words(thought)))
+    return [*script, lb.finish("stop"), usage, lb.DONE]
+
+
+def _call(body: dict[str, Any], delay_s: float, thought: str, call: Call) -> list[lb.ScriptItem]:
+    """The call streamed as a real model does: its id and name, then its arguments in pieces."""
+    script: list[lb.ScriptItem] = []
+    for word in _words(thought):
+        script += [lb.Pause(delay_s), lb.reasoning(word)]
+    text = json.dumps(call.arguments, ensure_ascii=False)
+    script += [lb.Pause(delay_s), lb.tool_call(0, "call_" + secrets.token_hex(12), call.name)]
+    for start in range(0, len(text), _FRAGMENT):
+        script += [lb.Pause(delay_s), lb.tool_call(0, arguments=text[start : start + _FRAGMENT])]
+    completion = len(_words(thought)) + len(text) // 4
+    usage = lb.usage(_prompt_tokens(body), completion, reasoning_tokens=len(_words(thought)))
+    return [*script, lb.finish("tool_calls"), usage, lb.DONE]
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    return sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4

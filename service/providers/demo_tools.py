@@ -1,135 +1,194 @@
-"""Tool calling for the built-in demo model, so that agents with tools run end to end.
+"""What the built-in demo model does with a request: call a tool, or answer.
 
-When a request offers tools, the demo behaves like a (very simple) model that uses
-them: it follows `tool_choice` (a named function, `required`, `none`), calls each
-offered tool once — one call per turn, arguments filled from the tool's JSON
-Schema and the user's message, streamed in several fragments — and once every
-tool has answered, sums the results up. PLAN_EXECUTE's planning tools get
-sensible arguments: one task per executor tool (listed in the plan prompt), and
-a report of the current task once it used a tool. After tool results, or to
-check an answer (SECOND_PASS_FIX), it answers from what it has.
+The demo decides from the request's structure and the agent's script, never from
+the wording of the prompts it is sent:
+
+* the tools offered and `tool_choice` (`none`: answer; a named function: call it;
+  `required`: call one), the planning tools by their names;
+* the messages from the last user message on: the demo's own calls, their results;
+* the agent's script, the body's `script` field (an agent file sets it with
+  `modelConfig.extraBody: {"demo": {"script": {...}}}`):
+
+      {"calls": [{"tool": "city_datetime"}, {"tool": "mock_city_weather"}],
+       "plan": [{"task": "Find the local time", "calls": [{"tool": "city_datetime"}]}],
+       "answer": "The text of the final answer."}
+
+  `calls`: the tool calls to make, one per turn and in order, before answering
+  (ONESHOT, REACT). Each call's `arguments` are optional: fields left out are filled
+  from the tool's JSON Schema and the user's message. `plan` (PLAN_EXECUTE): the tasks
+  recorded with `_plan_add_tasks_` (written out as a draft when the plan stage asks for
+  text first); in the execute stage the current task is the one the last user message
+  names last: it makes its `calls`, then reports with `_plan_update_task_` and the
+  results. `answer`: the final answer, instead of a summary of the tool results.
+
+Without a script the demo calls each offered tool once, in order, then sums up the
+results; a plan has two general tasks, each calling the first tool offered.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import secrets
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 from service.builtins.city_datetime import CITY_ZONES
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
-from service.core.modes.plan_execute import GENERATE_INSTRUCTION, PLAN_REPAIR, UPDATE_REPAIR
-from service.core.policies import VERIFY_INSTRUCTION
-from service.core.tools.planning import EXECUTOR_TOOLS_HEADING, RESULTS_HEADING, TASK_ID_LINE
-from service.providers import loopback as lb
 
-_WORDS = re.compile(r"\S+\s*")
-_FRAGMENT = 12  # characters of JSON arguments per streamed fragment
 DEFAULT_CITY = "Shanghai"
+GENERAL_TASKS = ("Work out the answer to the request", "Check the answer and note it")
 
 Message = dict[str, Any]
 
 
-def tool_script(body: dict[str, Any], delay_s: float) -> list[lb.ScriptItem] | None:
-    """The demo's turn when tools are in play; None to let it answer as usual."""
-    messages: list[Message] = body.get("messages") or []
-    recent = _since_user(messages)
-    if recent and _text(recent[0]) == VERIFY_INSTRUCTION:
-        return _speak(body, delay_s, "I checked my answer.", _last_answer(messages))
-    request = _text(recent[0]) if recent else ""
-    if RESULTS_HEADING in request and not body.get("tools"):  # PLAN_EXECUTE's summary
-        outline = request.split(RESULTS_HEADING, 1)[1].split("\n\n")[0].strip()
-        answer = f"Here is what the plan found:\n{outline}"
-        return _speak(body, delay_s, "Let me sum up the tasks.", answer)
+class ScriptError(ValueError):
+    """The demo script of a request is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """One scripted tool call: the tool, and the arguments given (the rest is filled)."""
+
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One scripted plan task and the calls that carry it out."""
+
+    description: str
+    calls: tuple[ToolUse, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What an agent wants the demo to do; `calls` None: each offered tool once."""
+
+    calls: tuple[ToolUse, ...] | None = None
+    plan: tuple[Task, ...] = ()
+    answer: str = ""
+
+    @classmethod
+    def parse(cls, raw: Any) -> Script:
+        """The script of a request body's `script` field (None: no script)."""
+        if raw is None:
+            return cls()
+        data = _object(raw, "script")
+        unknown = sorted(set(data) - {"calls", "plan", "answer"})
+        if unknown:
+            raise ScriptError(f"demo script: unknown field(s) {', '.join(unknown)}")
+        calls = _uses(data["calls"], "calls") if "calls" in data else None
+        plan = tuple(_task(item, f"plan[{i}]") for i, item in enumerate(_list(data, "plan")))
+        answer = data.get("answer", "")
+        if not isinstance(answer, str):
+            raise ScriptError("demo script: answer must be a string")
+        return cls(calls, plan, answer)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The demo calls a tool."""
+
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The demo answers with text; `thought` is its reasoning when reasoning is on."""
+
+    text: str
+    thought: str
+
+
+def decide(body: dict[str, Any], script: Script) -> Call | Answer | None:
+    """The demo's turn for a request; None: no tool in play, the demo echoes the user."""
+    since = _since_user(body.get("messages") or [])
+    request = _text(since[0]) if since else ""
     tools = {
         t["function"]["name"]: t["function"]
         for t in body.get("tools") or []
         if isinstance(t, dict) and isinstance(t.get("function"), dict)
     }
     choice = body.get("tool_choice") or "auto"
-    picked = _choose(messages, recent, tools, choice) if tools and choice != "none" else None
-    if picked is None:
-        if PLAN_ADD_TASKS_TOOL in tools:  # a deep-thinking draft
-            tasks = "\n".join(f"{i}. {t}" for i, t in enumerate(_plan(messages), 1))
-            return _speak(body, delay_s, "Let me plan the steps.", f"My plan:\n{tasks}")
-        results = [m for m in recent if m.get("role") == "tool"]
-        if not results:
-            return None
-        answer = "Here is what I found:\n" + "\n".join(
-            f"- {m.get('name') or 'tool'}: {_brief(m.get('content'))}" for m in results
-        )
-        answer += "\n\n(This answer comes from agw's built-in demo model.)"
-        return _speak(body, delay_s, f"I have {len(results)} tool result(s) to sum up.", answer)
-    name, arguments = picked
-    text = json.dumps(arguments, ensure_ascii=False)
-    script: list[lb.ScriptItem] = []
-    if _wants_reasoning(body):
-        for word in _WORDS.findall(f"I will call {name} to get what I need."):
-            script += [lb.Pause(delay_s), lb.reasoning(word)]
-    call_id = "call_" + secrets.token_hex(12)
-    script += [lb.Pause(delay_s), lb.tool_call(0, call_id, name)]
-    for start in range(0, len(text), _FRAGMENT):
-        script += [lb.Pause(delay_s), lb.tool_call(0, arguments=text[start : start + _FRAGMENT])]
-    script += [lb.finish("tool_calls"), _usage(body, len(text) // 4), lb.DONE]
-    return script
+    if tools and choice != "none":
+        picked = _choose(tools, choice, since, request, script)
+        if picked is not None:
+            return picked
+    if PLAN_ADD_TASKS_TOOL in tools:  # the plan as text first
+        listed = "\n".join(f"{i}. {t}" for i, t in enumerate(_descriptions(script), 1))
+        return Answer(f"My plan:\n{listed}", "Let me plan the steps.")
+    results = [m for m in since if m.get("role") == "tool"]
+    thought = f"I have {len(results)} tool result(s) to sum up."
+    if script.answer:
+        return Answer(script.answer, thought if results else "I have what I need to answer.")
+    if not results:
+        return None
+    found = "\n".join(f"- {m.get('name') or 'tool'}: {_brief(m.get('content'))}" for m in results)
+    answer = (
+        f"Here is what I found:\n{found}\n\n(This answer comes from agw's built-in demo model.)"
+    )
+    return Answer(answer, thought)
 
 
 def _choose(
-    messages: list[Message], recent: list[Message], tools: dict[str, Message], choice: Any
-) -> tuple[str, Any] | None:
-    """The tool to call and its arguments, or None to answer instead."""
-    called = [
-        call.get("function", {}).get("name")
-        for m in recent
-        if m.get("role") == "assistant"
-        for call in m.get("tool_calls") or []
-    ]
+    tools: dict[str, Message], choice: Any, since: list[Message], request: str, script: Script
+) -> Call | None:
+    """The call to make, or None to answer instead."""
     forced = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-    names = list(tools)
-    if PLAN_ADD_TASKS_TOOL in tools:
-        return PLAN_ADD_TASKS_TOOL, {"tasks": [{"description": t} for t in _plan(messages)]}
-    if forced == PLAN_UPDATE_TASK_TOOL or (PLAN_UPDATE_TASK_TOOL in tools and called):
-        return PLAN_UPDATE_TASK_TOOL, _report(messages, recent)
+    if forced == PLAN_UPDATE_TASK_TOOL:
+        return Call(forced, _report(since))
     if forced in tools:
-        return forced, _fill(tools[forced].get("parameters") or {}, "", messages, recent)
+        return _call(tools, ToolUse(forced), request, since)
+    if PLAN_ADD_TASKS_TOOL in tools:
+        tasks = [{"description": d} for d in _descriptions(script)]
+        return Call(PLAN_ADD_TASKS_TOOL, {"tasks": tasks})
+    ordinary = [name for name in tools if name != PLAN_UPDATE_TASK_TOOL]
     if PLAN_UPDATE_TASK_TOOL in tools:
-        ordinary = [n for n in names if n != PLAN_UPDATE_TASK_TOOL]
-        if not ordinary:
-            return PLAN_UPDATE_TASK_TOOL, _report(messages, recent)
-        task = _text(recent[0]) if recent else ""
-        named = [n for n in ordinary if n in task]
-        pick = named[0] if named else ordinary[0]
-        return pick, _fill(tools[pick].get("parameters") or {}, "", messages, recent)
-    uncalled = [n for n in names if n not in called]
-    if not uncalled and choice != "required":
-        return None
-    pick = uncalled[0] if uncalled else names[0]
-    return pick, _fill(tools[pick].get("parameters") or {}, "", messages, recent)
+        task = _current_task(script.plan, request)
+        uses = list(task.calls) if task else [ToolUse(ordinary[0])] if ordinary else []
+    elif script.calls is not None:
+        uses = list(script.calls)
+    else:
+        uses = [ToolUse(name) for name in ordinary]
+    uses = [use for use in uses if use.tool in tools]
+    made = sum(1 for m in since if m.get("role") == "assistant" and m.get("tool_calls"))
+    if made < len(uses):
+        return _call(tools, uses[made], request, since)
+    if PLAN_UPDATE_TASK_TOOL in tools:
+        return Call(PLAN_UPDATE_TASK_TOOL, _report(since))
+    if choice == "required":
+        return _call(tools, uses[0] if uses else ToolUse(ordinary[0]), request, since)
+    return None
 
 
-def _plan(messages: list[Message]) -> list[str]:
-    """One task per executor tool listed in the plan prompt, else two general ones."""
-    system = _text(messages[0]) if messages and messages[0].get("role") == "system" else ""
-    _, _, listed = system.partition(EXECUTOR_TOOLS_HEADING)
-    tools = re.findall(r"^- ([A-Za-z0-9_-]+):", listed, re.MULTILINE)
-    if tools:
-        return [f"Use {name} for what the request needs" for name in tools]
-    request = _request(messages)
-    return [f"Work out the answer to: {request}", "Check the answer and note it"]
+def _call(tools: dict[str, Message], use: ToolUse, request: str, since: list[Message]) -> Call:
+    filled = _fill(tools[use.tool].get("parameters") or {}, "", request, since)
+    if isinstance(filled, dict):
+        return Call(use.tool, {**filled, **use.arguments})
+    return Call(use.tool, use.arguments or filled)
 
 
-def _report(messages: list[Message], recent: list[Message]) -> dict[str, str]:
-    briefs = " ".join(_text(m) for m in messages if m.get("role") == "user")
-    found = re.search(re.escape(TASK_ID_LINE) + r"(\S+)", briefs)
-    results = [_brief(m.get("content")) for m in recent if m.get("role") == "tool"]
-    result = "; ".join(results) if results else "done"
-    return {"taskId": found[1] if found else "", "status": "completed", "result": result}
+def _descriptions(script: Script) -> list[str]:
+    return [task.description for task in script.plan] or list(GENERAL_TASKS)
 
 
-def _fill(schema: dict[str, Any], name: str, messages: list[Message], recent: list[Message]) -> Any:
-    """A value for `schema` (a property called `name`), from the conversation."""
+def _current_task(plan: tuple[Task, ...], text: str) -> Task | None:
+    """The task of the plan that `text` names last (None: it names none)."""
+    named = [(text.rfind(task.description), task) for task in plan]
+    position, task = max(named, key=lambda pair: pair[0], default=(-1, None))
+    return task if position >= 0 else None
+
+
+def _report(since: list[Message]) -> dict[str, str]:
+    results = [_brief(m.get("content")) for m in since if m.get("role") == "tool"]
+    return {"status": "completed", "result": "; ".join(results) if results else "done"}
+
+
+def _fill(schema: dict[str, Any], name: str, request: str, since: list[Message]) -> Any:
+    """A value for `schema` (a property called `name`), from the user's message."""
     if schema.get("enum"):
         return schema["enum"][0]
     if "default" in schema:
@@ -137,44 +196,26 @@ def _fill(schema: dict[str, Any], name: str, messages: list[Message], recent: li
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
         properties = schema.get("properties") or {}
-        return {k: _fill(v, k, messages, recent) for k, v in properties.items()}
+        return {k: _fill(v, k, request, since) for k, v in properties.items()}
     if kind == "array":
-        return [_fill(schema.get("items") or {}, name, messages, recent)]
+        return [_fill(schema.get("items") or {}, name, request, since)]
     if kind in ("integer", "number"):
         return 1
     if kind == "boolean":
         return True
-    key, request = name.lower(), _request(messages)
+    key = name.lower()
     if "city" in key:
         lowered = request.lower()
         found = [c for c in CITY_ZONES if c.isascii() and c in lowered]
         return max(found, key=len).title() if found else DEFAULT_CITY
     if "date" in key:
-        if any(m.get("role") == "tool" and m.get("name") == "city_datetime" for m in recent):
-            return (
-                "{{city_datetime.date+1d}}"
-                if "tomorrow" in request.lower()
-                else ("{{city_datetime.date}}")
-            )
+        if any(m.get("role") == "tool" and m.get("name") == "city_datetime" for m in since):
+            shift = "+1d" if "tomorrow" in request.lower() else ""
+            return "{{city_datetime.date" + shift + "}}"
         return date.today().isoformat()
     if "command" in key:
         return "echo hello from the sandbox; pwd"
-    return request[:200] or "demo"
-
-
-def _speak(body: dict[str, Any], delay_s: float, thought: str, answer: str) -> list[lb.ScriptItem]:
-    script: list[lb.ScriptItem] = []
-    if _wants_reasoning(body):
-        for word in _WORDS.findall(thought):
-            script += [lb.Pause(delay_s), lb.reasoning(word)]
-    for word in _WORDS.findall(answer):
-        script += [lb.Pause(delay_s), lb.content(word)]
-    return [*script, lb.finish("stop"), _usage(body, len(script) // 2), lb.DONE]
-
-
-def _usage(body: dict[str, Any], completion: int) -> dict[str, Any]:
-    prompt = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
-    return lb.usage(prompt, completion)
+    return " ".join(request.split())[:200] or "demo"
 
 
 def _since_user(messages: list[Message]) -> list[Message]:
@@ -183,23 +224,6 @@ def _since_user(messages: list[Message]) -> list[Message]:
         if messages[index].get("role") == "user":
             return messages[index:]
     return []
-
-
-def _last_answer(messages: list[Message]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "assistant" and _text(message):
-            return _text(message)
-    return "I have nothing to add."
-
-
-def _request(messages: list[Message]) -> str:
-    """The user's request: the last user message that is not an instruction of a mode."""
-    instructions = (GENERATE_INSTRUCTION, PLAN_REPAIR, UPDATE_REPAIR.split("{")[0])
-    for message in reversed(messages):
-        text = " ".join(_text(message).split())
-        if message.get("role") == "user" and not text.startswith(instructions):
-            return text
-    return ""
 
 
 def _text(message: Message) -> str:
@@ -220,11 +244,38 @@ def _brief(content: Any) -> str:
     return json.dumps(value, ensure_ascii=False)[:200]
 
 
-def _wants_reasoning(body: dict[str, Any]) -> bool:
-    kwargs = body.get("chat_template_kwargs") or {}
-    return bool(
-        body.get("enable_thinking")
-        or body.get("think")
-        or body.get("reasoning_effort")
-        or kwargs.get("enable_thinking")
-    )
+# -- reading the script ----------------------------------------------------------------
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ScriptError(f"demo script: {where} must be an object")
+    return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ScriptError(f"demo script: {key} must be a list")
+    return value
+
+
+def _uses(value: Any, where: str) -> tuple[ToolUse, ...]:
+    if not isinstance(value, list):
+        raise ScriptError(f"demo script: {where} must be a list")
+    uses = []
+    for index, item in enumerate(value):
+        data = _object(item, f"{where}[{index}]")
+        tool, arguments = data.get("tool"), data.get("arguments", {})
+        if not isinstance(tool, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool):
+            raise ScriptError(f"demo script: {where}[{index}].tool must be a tool name")
+        uses.append(ToolUse(tool, _object(arguments, f"{where}[{index}].arguments")))
+    return tuple(uses)
+
+
+def _task(value: Any, where: str) -> Task:
+    data = _object(value, where)
+    description = data.get("task")
+    if not isinstance(description, str) or not description.strip():
+        raise ScriptError(f"demo script: {where}.task must be a non-empty string")
+    return Task(description.strip(), _uses(data.get("calls", []), f"{where}.calls"))

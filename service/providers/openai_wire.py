@@ -36,7 +36,10 @@ ReasoningStyle = Literal[
 def request_body(
     request: ModelRequest, reasoning_style: ReasoningStyle, extra_body: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The JSON body sent upstream for `request` (streaming, with usage, `extra_body` merged)."""
+    """The JSON body sent upstream for `request` (streaming, with usage, `extra_body` merged).
+
+    The provider's `extra_body` is merged first, then the request's (the agent's `extraBody`).
+    """
     body: dict[str, Any] = {
         "model": request.model,
         "messages": request.messages,
@@ -64,6 +67,7 @@ def request_body(
     elif reasoning_style == "think":
         body["think"] = on
     _merge(body, extra_body)
+    _merge(body, request.extra_body)
     return body
 
 

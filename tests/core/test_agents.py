@@ -510,7 +510,15 @@ def test_schema_describes_the_file_by_alias() -> None:
         schema["properties"]
     )
     model = schema["$defs"]["ModelConfig"]["properties"]
-    assert {"providerKey", "model", "reasoning", "temperature", "top_p", "max_tokens"} == set(model)
+    assert {
+        "providerKey",
+        "model",
+        "reasoning",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "extraBody",
+    } == set(model)
     assert set(schema["$defs"]["Budget"]["properties"]) == {
         "maxModelCalls",
         "maxToolCalls",

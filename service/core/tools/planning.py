@@ -17,7 +17,7 @@ from service.core import events
 from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
 from service.core.tools.definitions import ToolDefinition
 
-#: The line of an execute-stage brief that names the current task (read by the demo model).
+#: The line of an execute-stage brief that names the current task.
 TASK_ID_LINE = "Current task id: "
 #: The line of the summary stage's brief after which the tasks' results are listed.
 RESULTS_HEADING = "The results of the plan's tasks:"

@@ -1,16 +1,23 @@
-"""Every shipped example agent runs end to end on the built-in demo model, with its tools."""
+"""Every shipped example agent runs end to end on the built-in demo model, with its tools.
+
+The examples tell the demo what to do in `modelConfig.extraBody.demo.script`; a real
+provider configured in its place never receives that script.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import struct_pb2
 
+from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
-from tests.core.tools.kit import assert_invariants, kinds
+from tests.core.tools.kit import answer_turn, assert_invariants, kinds, result_of
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPECTED = {
@@ -68,3 +75,61 @@ async def test_an_example_agent_runs_on_the_demo_model(demo: Harness, key: str) 
     assert EXPECTED[key] <= set(kinds(events))
     errors = [e for e in events if e.type == "tool.result" and e.tool_result.error]
     assert errors == []
+
+
+def calls_of(events: list) -> list[tuple[str, dict]]:
+    """(tool name, arguments) of each tool call of a run, in order."""
+    names = {e.tool_start.tool_id: e.tool_start.tool_name for e in events if e.type == "tool.start"}
+    arguments: dict[str, str] = {}
+    for event in events:
+        if event.type == "tool.args":
+            tool_id = event.tool_args.tool_id
+            arguments[tool_id] = arguments.get(tool_id, "") + event.tool_args.delta
+    return [(names[tool_id], json.loads(text)) for tool_id, text in arguments.items()]
+
+
+async def test_the_react_example_follows_its_script(demo: Harness) -> None:
+    events = await demo.query("demo_react", "Weather in Paris tomorrow?")
+    assert [(name, args.get("city")) for name, args in calls_of(events)] == [
+        ("city_datetime", "Paris"),
+        ("mock_city_weather", "Paris"),
+    ]
+    local, weather = [result_of(e) for e in events if e.type == "tool.result"]
+    tomorrow = date.fromisoformat(local["date"]) + timedelta(days=1)
+    assert weather["date"] == tomorrow.isoformat()
+    answer = "".join(e.content_delta.delta for e in events if e.type == "content.delta")
+    assert answer.startswith("Here is what I found:\n- city_datetime: city: Paris")
+
+
+async def test_the_plan_example_runs_its_scripted_tasks(demo: Harness) -> None:
+    events = await demo.query("demo_plan", "Time and weather in Paris")
+    assert [e.task_start.description for e in events if e.type == "task.start"] == [
+        "Find the local date and time of the city",
+        "Get the weather of the city on that date",
+    ]
+    ordinary = [(n, a) for n, a in calls_of(events) if not n.startswith("_plan_")]
+    assert ordinary == [
+        ("city_datetime", {"city": "Paris"}),
+        ("mock_city_weather", {"city": "Paris", "date": "{{city_datetime.date}}"}),
+    ]
+    results = [result_of(e) for e in events if e.type == "tool.result"]
+    local, weather = [r for r in results if isinstance(r, dict) and "city" in r]
+    assert (weather["city"], weather["date"]) == ("Paris", local["date"])
+    completed = [e.task_complete.description for e in events if e.type == "task.complete"]
+    assert completed[0].startswith("city: Paris, timezone: Europe/Paris")
+    assert completed[1].startswith(f"city: Paris, date: {local['date']}, condition: ")
+    answer = "".join(e.content_delta.delta for e in events if e.type == "content.delta")
+    assert answer.endswith("The weather is demo data, not a real forecast.")
+
+
+async def test_a_configured_provider_does_not_get_the_demo_script(tmp_path: Path) -> None:
+    settings = {"tools_dir": ROOT / "tools", "data_dir": tmp_path, "http_enabled": False}
+    async with (
+        LoopbackProvider() as provider,
+        Harness.start(ROOT / "agents", provider, **settings) as gateway,
+    ):
+        provider.enqueue(answer_turn("Nice."))
+        events = await gateway.query("demo_react", "Weather in Paris?")
+    assert events[-1].type == "run.complete"
+    [body] = provider.requests
+    assert "script" not in body and "demo" not in body

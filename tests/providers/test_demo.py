@@ -1,0 +1,284 @@
+"""The demo model decides from the request's structure and the agent's script, not prompt text."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.providers import loopback as lb
+from service.providers.demo import demo_responder
+from service.providers.demo_tools import (
+    GENERAL_TASKS,
+    Answer,
+    Call,
+    Script,
+    ScriptError,
+    Task,
+    ToolUse,
+    decide,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_MODULES = sorted((ROOT / "service" / "providers").glob("demo*.py"))
+#: What the demo may take from the core: the names of the planning tools it is offered.
+ALLOWED_CORE_IMPORTS = {
+    ("service.core.agents", "PLAN_ADD_TASKS_TOOL"),
+    ("service.core.agents", "PLAN_UPDATE_TASK_TOOL"),
+}
+#: The core modules that write what the model reads: prompts, briefs, instructions, results.
+CORE = ROOT / "service" / "core"
+PROMPT_MODULES = [
+    *sorted((CORE / "modes").glob("*.py")),
+    CORE / "policies.py",
+    *(CORE / "tools" / f"{name}.py" for name in ("planning", "conversation", "registry")),
+    *(CORE / "tools" / f"{name}.py" for name in ("executor", "guards", "permissions")),
+]
+
+
+def _texts(path: Path) -> list[str]:
+    """The string literals of a module (f-string pieces included), docstrings left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    ]
+
+
+def test_the_demo_imports_nothing_of_the_core_but_the_planning_tool_names() -> None:
+    assert [p.name for p in DEMO_MODULES] == ["demo.py", "demo_tools.py"]
+    for path in DEMO_MODULES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                assert not [a.name for a in node.names if a.name.startswith("service.core")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "service.core"
+            ):
+                names = {(node.module, alias.name) for alias in node.names}
+                assert names <= ALLOWED_CORE_IMPORTS, f"{path.name} imports {names}"
+
+
+def test_the_demo_matches_no_prompt_text_of_the_core() -> None:
+    """No literal of the demo is (part of) a text the core sends the model, or contains one."""
+    core = [
+        " ".join(text.split())
+        for path in PROMPT_MODULES
+        for text in _texts(path)
+        if len(text.strip()) >= 12
+    ]
+    demo = [
+        " ".join(text.split())
+        for path in DEMO_MODULES
+        for text in _texts(path)
+        if len(text.strip()) >= 12
+    ]
+    assert demo and len(core) > 20
+    shared = [(d, c) for d in demo for c in core if d in c or c in d]
+    assert shared == []
+
+
+# -- decisions ---------------------------------------------------------------------------
+
+
+def fn(name: str, **properties: Any) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": name, "parameters": schema}}
+
+
+CITY = fn("city_datetime", city={"type": "string"})
+WEATHER = fn("mock_city_weather", city={"type": "string"}, date={"type": "string"})
+PLAN = fn("_plan_add_tasks_", tasks={"type": "array"})
+REPORT = fn("_plan_update_task_", taskId={"type": "string"}, status={"type": "string"})
+
+
+def body(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "system", "content": "Be nice."}, *messages], **fields}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def called(name: str, result: Any) -> list[dict[str, Any]]:
+    """An assistant turn calling `name`, and its result."""
+    call = {"id": "c", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    content = json.dumps(result)
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "name": name, "content": content},
+    ]
+
+
+SCRIPT = Script.parse(
+    {
+        "calls": [
+            {"tool": "mock_city_weather", "arguments": {"date": "2030-01-02"}},
+            {"tool": "city_datetime"},
+        ]
+    }
+)
+
+
+def test_without_tools_or_script_the_demo_echoes() -> None:
+    assert decide(body(user("Hello")), Script()) is None
+    assert decide(body(user("Hi"), tools=[CITY], tool_choice="none"), Script()) is None
+
+
+def test_scripted_calls_are_made_one_per_turn_in_order_then_summed_up() -> None:
+    tools = {"tools": [CITY, WEATHER]}
+    first = body(user("Rain in Paris?"), **tools)
+    assert decide(first, SCRIPT) == Call(
+        "mock_city_weather", {"city": "Paris", "date": "2030-01-02"}
+    )
+    weather = {"city": "Paris", "condition": "rain"}
+    second = body(user("Rain in Paris?"), *called("mock_city_weather", weather), **tools)
+    assert decide(second, SCRIPT) == Call("city_datetime", {"city": "Paris"})
+    third = body(
+        user("Rain in Paris?"),
+        *called("mock_city_weather", weather),
+        *called("city_datetime", {"time": "12:00"}),
+        **tools,
+    )
+    assert decide(third, SCRIPT) == Answer(
+        "Here is what I found:\n- mock_city_weather: city: Paris, condition: rain\n"
+        "- city_datetime: time: 12:00\n\n(This answer comes from agw's built-in demo model.)",
+        "I have 2 tool result(s) to sum up.",
+    )
+    answered = Script(SCRIPT.calls, answer="It rains.")
+    assert decide(third, answered) == Answer("It rains.", "I have 2 tool result(s) to sum up.")
+
+
+def test_without_a_script_each_offered_tool_is_called_once_in_order() -> None:
+    tools = {"tools": [CITY, WEATHER]}
+    assert decide(body(user("Time in Tokyo"), **tools), Script()) == Call(
+        "city_datetime", {"city": "Tokyo"}
+    )
+    after = body(user("Weather tomorrow in Tokyo"), *called("city_datetime", {}), **tools)
+    assert decide(after, Script()) == Call(
+        "mock_city_weather", {"city": "Tokyo", "date": "{{city_datetime.date+1d}}"}
+    )
+
+
+def test_tool_choice_decides_first() -> None:
+    messages = (user("Hi"),)
+    forced = {"type": "function", "function": {"name": "city_datetime"}}
+    assert decide(body(*messages, tools=[WEATHER, CITY], tool_choice=forced), SCRIPT) == Call(
+        "city_datetime", {"city": "Shanghai"}
+    )
+    assert decide(body(*messages, tools=[CITY], tool_choice="none"), SCRIPT) is None
+    done = body(*messages, *called("city_datetime", {}), tools=[CITY], tool_choice="required")
+    assert decide(done, Script(())) == Call("city_datetime", {"city": "Shanghai"})
+    assert decide({**done, "tool_choice": "auto"}, Script((), answer="Noon.")) == Answer(
+        "Noon.", "I have 1 tool result(s) to sum up."
+    )
+
+
+PLAN_SCRIPT = Script(
+    plan=(
+        Task("Find the time", (ToolUse("city_datetime"),)),
+        Task("Find the weather", (ToolUse("mock_city_weather", {"date": "today"}),)),
+    )
+)
+
+
+def test_the_plan_stage_drafts_then_records_the_scripted_tasks() -> None:
+    draft = body(user("Paris"), tools=[PLAN], tool_choice="none")
+    assert decide(draft, PLAN_SCRIPT) == Answer(
+        "My plan:\n1. Find the time\n2. Find the weather", "Let me plan the steps."
+    )
+    record = body(user("Paris"), tools=[PLAN], tool_choice="required")
+    assert decide(record, PLAN_SCRIPT) == Call(
+        "_plan_add_tasks_",
+        {"tasks": [{"description": "Find the time"}, {"description": "Find the weather"}]},
+    )
+    general = [{"description": d} for d in GENERAL_TASKS]
+    assert decide(record, Script()) == Call("_plan_add_tasks_", {"tasks": general})
+
+
+def test_a_task_makes_the_calls_of_the_task_named_last_then_reports() -> None:
+    brief = user("Plan: Find the time; Find the weather.\nNow: Find the weather in Paris")
+    tools = {"tools": [CITY, WEATHER, REPORT]}
+    assert decide(body(brief, **tools), PLAN_SCRIPT) == Call(
+        "mock_city_weather", {"city": "Paris", "date": "today"}
+    )
+    weather = {"condition": "sunny"}
+    done = body(brief, *called("mock_city_weather", weather), **tools)
+    assert decide(done, PLAN_SCRIPT) == Call(
+        "_plan_update_task_", {"status": "completed", "result": "condition: sunny"}
+    )
+    forced = {"type": "function", "function": {"name": "_plan_update_task_"}}
+    assert decide(body(user("Report it."), tool_choice=forced, **tools), PLAN_SCRIPT) == Call(
+        "_plan_update_task_", {"status": "completed", "result": "done"}
+    )
+    assert decide(body(user("Something else"), **tools), Script()) == Call(
+        "city_datetime", {"city": "Shanghai"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ([], "script must be an object"),
+        ({"call": []}, r"unknown field\(s\) call"),
+        ({"calls": {}}, "calls must be a list"),
+        ({"calls": [{"tool": "no spaces"}]}, r"calls\[0\].tool must be a tool name"),
+        ({"calls": [{"tool": "t", "arguments": []}]}, r"calls\[0\].arguments must be an object"),
+        ({"plan": [{"task": " "}]}, r"plan\[0\].task must be a non-empty string"),
+        ({"answer": 1}, "answer must be a string"),
+    ],
+)
+def test_a_malformed_script_is_refused_with_where_and_why(raw: Any, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        Script.parse(raw)
+
+
+# -- streaming ---------------------------------------------------------------------------
+
+
+def test_answers_stream_word_by_word_and_calls_in_fragments() -> None:
+    respond = demo_responder(0.0)
+    thinking = body(user("Hi there"), enable_thinking=True)
+    script = respond(thinking)
+    assert isinstance(script, list)
+    reasoning = [
+        c["choices"][0]["delta"]["reasoning_content"] for c in _chunks(script, "reasoning")
+    ]
+    content = [c["choices"][0]["delta"]["content"] for c in _chunks(script, "content")]
+    assert "".join(reasoning).startswith("The user wrote: “Hi there”.")
+    assert content[:3] == ["You ", "said: ", "“Hi "]
+    assert script[-3:-1] == [lb.finish("stop") | {"created": script[-3]["created"]}, script[-2]]
+    assert script[-1] is lb.DONE
+
+    called_script = respond(body(user("Time in Paris"), tools=[CITY], script={"calls": []}))
+    assert isinstance(called_script, list)
+    assert _chunks(called_script, "tool_calls") == []  # the script makes no call: it answers
+
+    call = respond(body(user("Time in Paris"), tools=[CITY]))
+    assert isinstance(call, list)
+    parts = [c["choices"][0]["delta"]["tool_calls"][0] for c in _chunks(call, "tool_calls")]
+    assert parts[0]["function"]["name"] == "city_datetime" and parts[0]["id"].startswith("call_")
+    assert json.loads("".join(p["function"]["arguments"] for p in parts)) == {"city": "Paris"}
+    assert all(len(p["function"]["arguments"]) <= 12 for p in parts)
+    assert call[-3]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def _chunks(script: list[lb.ScriptItem], key: str) -> list[dict[str, Any]]:
+    field = {"reasoning": "reasoning_content"}.get(key, key)
+    return [
+        item
+        for item in script
+        if isinstance(item, dict) and item.get("choices") and field in item["choices"][0]["delta"]
+    ]
