@@ -196,6 +196,7 @@ class FrontDoor:
             query_record,
             user_message(command.message, parts),
             agent.stage_names[0],
+            owner=owner,
         )
         self._recorders[chat_id] = recorder
         out = run.log.scope()
@@ -251,8 +252,13 @@ class FrontDoor:
     def _check_accepting(self) -> None:
         if self.draining:
             raise ShuttingDown("the service is shutting down; retry on another instance")
-        if len(self._active) >= self.options.max_active_runs:
-            raise Overloaded(f"too many active runs ({self.options.max_active_runs}); retry later")
+        limit = self.options.max_active_runs
+        if len(self._active) >= limit:
+            raise Overloaded(
+                f"too many active runs: {len(self._active)} of the {limit} that fit are running; "
+                "retry later",
+                limit=str(limit),
+            )
 
     async def _wait_for_chat(self, chat_id: str, strategy: Strategy | None) -> None:
         strategy = strategy or self.options.multitask_strategy
