@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
     disconnect_policy: Literal["continue", "cancel"] = "continue"
-    unwatched_run_ttl_s: float = 600.0  # a run nobody follows is cancelled after this long
+    unwatched_run_ttl_s: float = 120.0  # a run nobody follows is cancelled after this long
     run_retention_s: float = 60.0  # ended runs stay in memory for re-attach this long
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024

@@ -73,7 +73,7 @@ class FrontDoorOptions:
     max_active_runs: int = 1000
     memory_runs: int = 20
     multitask_strategy: Strategy = "reject"
-    unwatched_run_ttl_s: float = 600.0
+    unwatched_run_ttl_s: float = 120.0
     retention_s: float = 60.0
     image_input: Any = None  # callable(provider key) -> bool; None: never
     inline_text_bytes: int = 32 * 1024
