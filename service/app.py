@@ -109,6 +109,7 @@ class App:
             tools=self.tools,
             options=FrontDoorOptions(
                 max_active_runs=settings.max_concurrent_runs,
+                max_message_bytes=settings.max_message_bytes,
                 memory_runs=settings.memory_runs,
                 context_max_tokens=settings.context_max_tokens,
                 multitask_strategy=settings.multitask_strategy,

@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     # Network
     grpc_address: str = "127.0.0.1:50051"
     max_concurrent_runs: int = 1000
+    max_message_bytes: int = 1024 * 1024  # a query's message (UTF-8) beyond this is refused
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
 

@@ -37,7 +37,14 @@ from service.core.commands import (
     SubmitResult,
     UploadCommand,
 )
-from service.core.errors import Conflict, InvalidRequest, Overloaded, RunNotFound, ShuttingDown
+from service.core.errors import (
+    Conflict,
+    InvalidRequest,
+    Overloaded,
+    PayloadTooLarge,
+    RunNotFound,
+    ShuttingDown,
+)
 from service.core.eventlog import EventLog
 from service.core.history import replay
 from service.core.ids import chat_name_of, check_chat_id
@@ -68,6 +75,7 @@ class ChatBusy(Conflict):
 @dataclass(frozen=True, slots=True)
 class FrontDoorOptions:
     max_active_runs: int = 1000
+    max_message_bytes: int = 1024 * 1024  # a query's message, in UTF-8
     memory_runs: int = 20
     multitask_strategy: Strategy = "reject"
     unwatched_run_ttl_s: float = 600.0
@@ -135,6 +143,8 @@ class FrontDoor:
             raise InvalidRequest("agentKey is required")
         if not command.message.strip():
             raise InvalidRequest("message is required")
+        if (size := len(command.message.encode())) > (limit := self.options.max_message_bytes):
+            raise PayloadTooLarge(f"message is {size} bytes; the limit is {limit} bytes")
         if command.chat_id:
             check_chat_id(command.chat_id)
         agent = self.agents.get(command.agent_key)
