@@ -10,12 +10,14 @@ The channel may point at a gRPC server in another process
 (`python -m service.gateway --grpc-target HOST:PORT`) or at the one running in
 this process (`App` does that by default). The adapter also serves the web page
 (`/`, `static/`), applies CORS and request-size limits, and answers every
-failure under `/api/` with the error envelope.
+failure under `/api/` with the error envelope; a request that does not fit its
+RPC is one log line and a 400, never a traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,10 @@ from google.protobuf.message import Message
 
 from service.gateway import codec
 from service.gateway.cors import Cors
+from service.gateway.metadata import metadata_of
 from service.gateway.routes import Route, routes_of
 from service.gateway.sse import EventStream
-from service.gateway.status import failure, rpc_failure, success
+from service.gateway.status import failure, rpc_failure, shown, success
 from service.gateway.transcode import BadRequest, decode_request
 
 log = logging.getLogger("agw.http")
@@ -43,8 +46,9 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 60_000),
 )
-#: HTTP headers passed to the service as gRPC metadata (besides `Grpc-Metadata-*`).
-FORWARDED_HEADERS = ("authorization", "x-request-id", "traceparent")
+#: The largest seq a client may resume after (an int64).
+MAX_SEQ = 2**63 - 1
+_SEQ = re.compile(r"[0-9]{1,19}")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -132,9 +136,9 @@ class HttpGateway:
 
             async def streaming(request: web.Request) -> web.StreamResponse:
                 message = await _decode(route, request)
-                if resume and "Last-Event-ID" in request.headers:
-                    _resume_from(message, request.headers["Last-Event-ID"])
-                call = stream_call(message, metadata=_metadata(request))
+                if resume:
+                    _resume(message, request.headers.get("Last-Event-ID"))
+                call = stream_call(message, metadata=metadata_of(request.headers))
                 stream = EventStream(
                     request,
                     call,
@@ -155,7 +159,7 @@ class HttpGateway:
         async def unary(request: web.Request) -> web.StreamResponse:
             message = await _decode(route, request)
             try:
-                response = await unary_call(message, metadata=_metadata(request))
+                response = await unary_call(message, metadata=metadata_of(request.headers))
             except grpc.aio.AioRpcError as error:
                 status, envelope = rpc_failure(error)
                 return _json(envelope, status)
@@ -176,20 +180,20 @@ def local_target(grpc_address: str, port: int) -> str:
 
 async def _decode(route: Route, request: web.Request) -> Message:
     body = await request.read() if route.body else b""
-    try:
-        return decode_request(route, request.match_info, request.query, body)
-    except BadRequest as error:
-        raise _EnvelopeError(400, failure(grpc.StatusCode.INVALID_ARGUMENT, str(error))) from None
+    return decode_request(route, request.match_info, request.query, body)
 
 
-def _resume_from(message: Any, last_event_id: str) -> None:
-    try:
-        seq = int(last_event_id)
-    except ValueError:
-        raise _EnvelopeError(
-            400, failure(grpc.StatusCode.INVALID_ARGUMENT, "Last-Event-ID must be a seq")
-        ) from None
-    message.after_seq = max(message.after_seq, seq)
+def _resume(message: Any, last_event_id: str | None) -> None:
+    """Resume after `Last-Event-ID` (the later of it and afterSeq): a seq, 0 to 2^63-1."""
+    if message.after_seq < 0:
+        raise BadRequest(f"afterSeq must be from 0 to {MAX_SEQ}, not {message.after_seq}")
+    if last_event_id is None:
+        return
+    if not _SEQ.fullmatch(last_event_id) or int(last_event_id) > MAX_SEQ:
+        raise BadRequest(
+            f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}, not {shown(last_event_id)!r}"
+        )
+    message.after_seq = max(message.after_seq, int(last_event_id))
 
 
 def _event_id_of(route: Route) -> Callable[[Message], int] | None:
@@ -204,17 +208,6 @@ _INTEGER_TYPES = frozenset({1, 2, 3, 4})  # CPPTYPE_INT32, INT64, UINT32, UINT64
 
 def _serializer(message: Message) -> bytes:
     return message.SerializeToString()
-
-
-def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
-    out = []
-    for name, value in request.headers.items():
-        lowered = name.lower()
-        if lowered.startswith("grpc-metadata-"):
-            out.append((lowered.removeprefix("grpc-metadata-"), value))
-        elif lowered in FORWARDED_HEADERS:
-            out.append((lowered, value))
-    return tuple(out)
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -246,15 +239,18 @@ async def _envelopes(request: web.Request, handler: Handler) -> web.StreamRespon
         return await handler(request)
     except _EnvelopeError as error:
         return _json(error.envelope, error.status)
+    except BadRequest as error:
+        log.info("HTTP %s %s: bad request: %s", request.method, shown(request.path), error)
+        return _json(failure(grpc.StatusCode.INVALID_ARGUMENT, str(error)), 400)
     except web.HTTPException as error:
         if not request.path.startswith("/api/") or error.status < 400:
             raise
         code = _CODE_OF_HTTP.get(error.status, grpc.StatusCode.UNKNOWN)
-        message = error.text or error.reason
+        message = shown(error.text or error.reason, 160)
         if error.status == 404:
-            message = f"no route for {request.method} {request.path}"
+            message = f"no route for {request.method} {shown(request.path)}"
         elif error.status == 405:
-            message = f"{request.method} is not allowed on {request.path}"
+            message = f"{request.method} is not allowed on {shown(request.path)}"
         envelope = failure(code, message.removeprefix(f"{error.status}: "))
         return _json(envelope, error.status)
     except Exception:

@@ -257,6 +257,19 @@ async def test_headers_are_forwarded_as_metadata(
         ("POST", "/api/cancel", {"json": {"runID": "r1"}}, "runID"),
         ("POST", "/api/submit", {"content": b'{"payload": {"a": NaN}}'}, "invalid JSON"),
         ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "abc"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "-1"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "1_0"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "+3"}}, "Last-Event-ID"),
+        (
+            "GET",
+            "/api/runs/r1/events",
+            {"headers": {"Last-Event-ID": "٣".encode()}},
+            "Last-Event-ID",
+        ),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": str(2**63)}}, str(2**63 - 1)),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "9" * 20}}, "seq"),
+        ("GET", "/api/runs/r1/events", {"params": {"afterSeq": "-3"}}, "afterSeq"),
+        ("GET", "/api/runs/r1/events", {"params": {"afterSeq": str(2**63)}}, "afterSeq"),
     ],
 )
 async def test_bad_requests_are_invalid_argument(
