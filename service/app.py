@@ -172,6 +172,7 @@ class App:
             write_timeout_s=settings.http_write_timeout_s,
             max_body_bytes=settings.http_max_body_bytes,
             cors_origins=settings.http_cors_origins,
+            allowed_hosts=settings.http_allowed_hosts,
         )
         await self.http.start(settings.http_address)
 

@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     http_write_timeout_s: float = 30.0  # an SSE client that reads nothing this long is dropped
     http_max_body_bytes: int = 16 * 1024 * 1024
     http_cors_origins: list[str] = Field(default_factory=list)  # "*" allows any origin
+    # Host headers served (against DNS rebinding): "name" (any port), "name:port",
+    # ".domain" (and its subdomains), "*" (any); the bound address's host is added.
+    http_allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"]
+    )
 
     # Agents
     agents_dir: Path = Path("agents")

@@ -9,9 +9,11 @@ annotated RPC to the proto adds its route; there is no per-RPC code.
 The channel may point at a gRPC server in another process
 (`python -m service.gateway --grpc-target HOST:PORT`) or at the one running in
 this process (`App` does that by default). The adapter also serves the web page
-(`/`, `static/`), applies CORS and request-size limits, and answers every
-failure under `/api/` with the error envelope; a request that does not fit its
-RPC is one log line and a 400, never a traceback.
+(`/`, `static/`), answers only the allowed `Host`s (`hosts`), applies CORS and
+the origin check (`cors`) and request-size limits, takes request bodies only as
+JSON (`Content-Type: application/json` or `application/*+json`, else 415),
+and answers every failure under `/api/` with the error envelope; a request
+that does not fit its RPC is one log line and a 400, never a traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from google.protobuf.message import Message
 
 from service.gateway import codec
 from service.gateway.cors import Cors
+from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
 from service.gateway.metadata import metadata_of
 from service.gateway.routes import Route, routes_of
 from service.gateway.sse import EventStream
@@ -46,9 +49,12 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 60_000),
 )
+#: Methods whose requests carry a body, which must then be JSON.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: The largest seq a client may resume after (an int64).
 MAX_SEQ = 2**63 - 1
 _SEQ = re.compile(r"[0-9]{1,19}")
+_JSON_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -65,6 +71,7 @@ class HttpGateway:
         write_timeout_s: float = 30.0,
         max_body_bytes: int = 16 * 1024 * 1024,
         cors_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
         serve_page: bool = True,
     ) -> None:
         self.grpc_target = grpc_target
@@ -73,6 +80,7 @@ class HttpGateway:
         self.write_timeout_s = write_timeout_s
         self.max_body_bytes = max_body_bytes
         self.cors = Cors(cors_origins)
+        self.hosts = AllowedHosts(allowed_hosts)
         self.serve_page = serve_page
         self.streams: set[EventStream] = set()  # the SSE responses being served
         self.channel: grpc.aio.Channel | None = None
@@ -85,7 +93,8 @@ class HttpGateway:
         """The aiohttp application (routes, page, middlewares); opens the gRPC channel."""
         self.channel = grpc.aio.insecure_channel(self.grpc_target, options=CHANNEL_OPTIONS)
         app = web.Application(
-            client_max_size=self.max_body_bytes, middlewares=[self.cors.middleware, _envelopes]
+            client_max_size=self.max_body_bytes,
+            middlewares=[self.hosts.middleware, self.cors.middleware, _envelopes],
         )
         app.on_response_prepare.append(self.cors.on_prepare)
         for route in self.routes:
@@ -96,8 +105,9 @@ class HttpGateway:
         return app
 
     async def start(self, address: str) -> None:
-        """Listen on `address` ("host:port"; port 0 picks a free one)."""
+        """Listen on `address` ("host:port"; port 0 picks a free one); its host is allowed."""
         host, _, port = address.rpartition(":")
+        self.hosts.bind(address)
         self._runner = web.AppRunner(
             self.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
         )
@@ -179,8 +189,24 @@ def local_target(grpc_address: str, port: int) -> str:
 
 
 async def _decode(route: Route, request: web.Request) -> Message:
+    if request.method in BODY_METHODS:
+        _require_json(request)
     body = await request.read() if route.body else b""
     return decode_request(route, request.match_info, request.query, body)
+
+
+def _require_json(request: web.Request) -> None:
+    """Refuse (415) a body that does not say it is JSON: no form or text/plain posts."""
+    if "Content-Type" in request.headers and _JSON_TYPE.fullmatch(request.content_type):
+        return
+    given = request.headers.get("Content-Type", "")
+    message = (
+        f"Content-Type must be application/json, not {shown(given)!r}"
+        if given
+        else "Content-Type must be application/json"
+    )
+    log.info("HTTP %s %s refused: %s", request.method, shown(request.path), message)
+    raise _EnvelopeError(415, failure(grpc.StatusCode.INVALID_ARGUMENT, message))
 
 
 def _resume(message: Any, last_event_id: str | None) -> None:

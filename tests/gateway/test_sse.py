@@ -239,7 +239,7 @@ async def test_a_slow_reader_is_bounded_then_dropped(
         reader, writer = await asyncio.open_connection(sock=sock)
         body = orjson.dumps(QUERY)
         writer.write(
-            b"POST /api/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/query HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
