@@ -109,6 +109,7 @@ class App:
             tools=self.tools,
             options=FrontDoorOptions(
                 max_active_runs=settings.max_concurrent_runs,
+                max_message_bytes=settings.max_message_bytes,
                 memory_runs=settings.memory_runs,
                 context_max_tokens=settings.context_max_tokens,
                 multitask_strategy=settings.multitask_strategy,
@@ -177,6 +178,7 @@ class App:
             write_timeout_s=settings.http_write_timeout_s,
             max_body_bytes=settings.http_max_body_bytes,
             cors_origins=settings.http_cors_origins,
+            allowed_hosts=settings.http_allowed_hosts,
         )
         await self.http.start(settings.http_address)
 

@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     grpc_address: str = "127.0.0.1:50051"
     max_concurrent_runs: int = 1000
     max_concurrent_rpcs: int = 0  # calls in flight before gRPC refuses more; 0: runs + 256
+    max_message_bytes: int = 1024 * 1024  # a query's message (UTF-8) beyond this is refused
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
 
@@ -91,6 +92,11 @@ class Settings(BaseSettings):
     http_write_timeout_s: float = 30.0  # an SSE client that reads nothing this long is dropped
     http_max_body_bytes: int = 16 * 1024 * 1024
     http_cors_origins: list[str] = Field(default_factory=list)  # "*" allows any origin
+    # Host headers served (against DNS rebinding): "name" (any port), "name:port",
+    # ".domain" (and its subdomains), "*" (any); the bound address's host is added.
+    http_allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"]
+    )
 
     # Security (README "Security"): credentials in the `authorization` header, TLS
     auth_api_keys: list[ApiKeySettings] = Field(default_factory=list)

@@ -44,6 +44,7 @@ from service.core.errors import (
     ChatNotFound,
     InvalidRequest,
     Overloaded,
+    PayloadTooLarge,
     RunNotFound,
     ShuttingDown,
 )
@@ -71,6 +72,7 @@ MAX_PAGE_SIZE = 500
 @dataclass(frozen=True, slots=True)
 class FrontDoorOptions:
     max_active_runs: int = 1000
+    max_message_bytes: int = 1024 * 1024  # a query's message, in UTF-8
     memory_runs: int = 20
     multitask_strategy: Strategy = "reject"
     unwatched_run_ttl_s: float = 120.0
@@ -138,6 +140,8 @@ class FrontDoor:
             raise InvalidRequest("agentKey is required")
         if not command.message.strip():
             raise InvalidRequest("message is required")
+        if (size := len(command.message.encode())) > (limit := self.options.max_message_bytes):
+            raise PayloadTooLarge(f"message is {size} bytes; the limit is {limit} bytes")
         if command.chat_id:
             check_chat_id(command.chat_id)
         agent = self.agents.get(command.agent_key)

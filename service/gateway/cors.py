@@ -5,21 +5,29 @@ same-origin pages (like the adapter's own page) may call the API. A preflight
 (`OPTIONS` with `Access-Control-Request-Method`) from an allowed origin is
 answered at once; the headers of actual responses are added just before they
 are sent, so streamed (SSE) responses carry them too.
+
+Against cross-site request forgery, a state-changing request (any method but
+GET, HEAD and OPTIONS) whose `Origin` is neither allowed nor the adapter's own
+(the `Host` it was sent to) is refused with 403 before it reaches a route.
+Browsers send `Origin` on every such request; clients that are not browsers
+send none and are not concerned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from urllib.parse import urlsplit
 
 import grpc
 import orjson
 from aiohttp import web
 
-from service.gateway.status import failure
+from service.gateway.status import failure, shown
 
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE"
 ALLOWED_HEADERS = "Content-Type, Authorization, Last-Event-ID, X-Request-Id"
 MAX_AGE_S = 600
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -39,11 +47,7 @@ class Cors:
         origin = request.headers.get("Origin", "")
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
             if not origin or not self.allowed(origin):
-                message = f"origin {origin!r} is not allowed"
-                envelope = failure(grpc.StatusCode.PERMISSION_DENIED, message)
-                return web.Response(
-                    status=403, body=orjson.dumps(envelope), content_type="application/json"
-                )
+                return _forbidden(origin)
             requested = request.headers.get("Access-Control-Request-Headers", "")
             return web.Response(
                 status=204,
@@ -53,6 +57,13 @@ class Cors:
                     "Access-Control-Max-Age": str(MAX_AGE_S),
                 },
             )
+        if (
+            origin
+            and request.method not in SAFE_METHODS
+            and not self.allowed(origin)
+            and not same_origin(origin, request.headers.get("Host", ""))
+        ):
+            return _forbidden(origin)
         return await handler(request)
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -64,3 +75,21 @@ class Cors:
             response.headers["Access-Control-Allow-Origin"] = "*" if self.any else origin
             if not self.any:
                 response.headers.add("Vary", "Origin")
+
+
+def same_origin(origin: str, host: str) -> bool:
+    """Whether `origin` (scheme://authority) names the authority the request was sent to.
+
+    Browsers write both without a default port, so the authorities compare as text.
+    """
+    try:
+        authority = urlsplit(origin).netloc
+    except ValueError:
+        return False
+    return bool(authority) and authority.lower() == host.lower()
+
+
+def _forbidden(origin: str) -> web.Response:
+    message = f"origin {shown(origin)!r} is not allowed"
+    envelope = failure(grpc.StatusCode.PERMISSION_DENIED, message)
+    return web.Response(status=403, body=orjson.dumps(envelope), content_type="application/json")

@@ -9,13 +9,17 @@ annotated RPC to the proto adds its route; there is no per-RPC code.
 The channel may point at a gRPC server in another process
 (`python -m service.gateway --grpc-target HOST:PORT`) or at the one running in
 this process (`App` does that by default). The adapter also serves the web page
-(`/`, `static/`), applies CORS and request-size limits, and answers every
-failure under `/api/` with the error envelope.
+(`/`, `static/`), answers only the allowed `Host`s (`hosts`), applies CORS and
+the origin check (`cors`) and request-size limits, takes request bodies only as
+JSON (`Content-Type: application/json` or `application/*+json`, else 415),
+and answers every failure under `/api/` with the error envelope; a request
+that does not fit its RPC is one log line and a 400, never a traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,11 @@ from google.protobuf.message import Message
 
 from service.gateway import codec
 from service.gateway.cors import Cors
+from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
+from service.gateway.metadata import metadata_of
 from service.gateway.routes import Route, routes_of
 from service.gateway.sse import EventStream
-from service.gateway.status import failure, rpc_failure, success
+from service.gateway.status import failure, rpc_failure, shown, success
 from service.gateway.transcode import BadRequest, decode_request
 
 log = logging.getLogger("agw.http")
@@ -43,8 +49,12 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 60_000),
 )
-#: HTTP headers passed to the service as gRPC metadata (besides `Grpc-Metadata-*`).
-FORWARDED_HEADERS = ("authorization", "x-request-id", "traceparent")
+#: Methods whose requests carry a body, which must then be JSON.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: The largest seq a client may resume after (an int64).
+MAX_SEQ = 2**63 - 1
+_SEQ = re.compile(r"[0-9]{1,19}")
+_JSON_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -61,6 +71,7 @@ class HttpGateway:
         write_timeout_s: float = 30.0,
         max_body_bytes: int = 16 * 1024 * 1024,
         cors_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
         serve_page: bool = True,
     ) -> None:
         self.grpc_target = grpc_target
@@ -69,6 +80,7 @@ class HttpGateway:
         self.write_timeout_s = write_timeout_s
         self.max_body_bytes = max_body_bytes
         self.cors = Cors(cors_origins)
+        self.hosts = AllowedHosts(allowed_hosts)
         self.serve_page = serve_page
         self.streams: set[EventStream] = set()  # the SSE responses being served
         self.channel: grpc.aio.Channel | None = None
@@ -81,7 +93,8 @@ class HttpGateway:
         """The aiohttp application (routes, page, middlewares); opens the gRPC channel."""
         self.channel = grpc.aio.insecure_channel(self.grpc_target, options=CHANNEL_OPTIONS)
         app = web.Application(
-            client_max_size=self.max_body_bytes, middlewares=[self.cors.middleware, _envelopes]
+            client_max_size=self.max_body_bytes,
+            middlewares=[self.hosts.middleware, self.cors.middleware, _envelopes],
         )
         app.on_response_prepare.append(self.cors.on_prepare)
         for route in self.routes:
@@ -92,8 +105,9 @@ class HttpGateway:
         return app
 
     async def start(self, address: str) -> None:
-        """Listen on `address` ("host:port"; port 0 picks a free one)."""
+        """Listen on `address` ("host:port"; port 0 picks a free one); its host is allowed."""
         host, _, port = address.rpartition(":")
+        self.hosts.bind(address)
         self._runner = web.AppRunner(
             self.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
         )
@@ -132,9 +146,9 @@ class HttpGateway:
 
             async def streaming(request: web.Request) -> web.StreamResponse:
                 message = await _decode(route, request)
-                if resume and "Last-Event-ID" in request.headers:
-                    _resume_from(message, request.headers["Last-Event-ID"])
-                call = stream_call(message, metadata=_metadata(request))
+                if resume:
+                    _resume(message, request.headers.get("Last-Event-ID"))
+                call = stream_call(message, metadata=metadata_of(request.headers))
                 stream = EventStream(
                     request,
                     call,
@@ -155,7 +169,7 @@ class HttpGateway:
         async def unary(request: web.Request) -> web.StreamResponse:
             message = await _decode(route, request)
             try:
-                response = await unary_call(message, metadata=_metadata(request))
+                response = await unary_call(message, metadata=metadata_of(request.headers))
             except grpc.aio.AioRpcError as error:
                 status, envelope = rpc_failure(error)
                 return _json(envelope, status)
@@ -175,21 +189,37 @@ def local_target(grpc_address: str, port: int) -> str:
 
 
 async def _decode(route: Route, request: web.Request) -> Message:
+    if request.method in BODY_METHODS:
+        _require_json(request)
     body = await request.read() if route.body else b""
-    try:
-        return decode_request(route, request.match_info, request.query, body)
-    except BadRequest as error:
-        raise _EnvelopeError(400, failure(grpc.StatusCode.INVALID_ARGUMENT, str(error))) from None
+    return decode_request(route, request.match_info, request.query, body)
 
 
-def _resume_from(message: Any, last_event_id: str) -> None:
-    try:
-        seq = int(last_event_id)
-    except ValueError:
-        raise _EnvelopeError(
-            400, failure(grpc.StatusCode.INVALID_ARGUMENT, "Last-Event-ID must be a seq")
-        ) from None
-    message.after_seq = max(message.after_seq, seq)
+def _require_json(request: web.Request) -> None:
+    """Refuse (415) a body that does not say it is JSON: no form or text/plain posts."""
+    if "Content-Type" in request.headers and _JSON_TYPE.fullmatch(request.content_type):
+        return
+    given = request.headers.get("Content-Type", "")
+    message = (
+        f"Content-Type must be application/json, not {shown(given)!r}"
+        if given
+        else "Content-Type must be application/json"
+    )
+    log.info("HTTP %s %s refused: %s", request.method, shown(request.path), message)
+    raise _EnvelopeError(415, failure(grpc.StatusCode.INVALID_ARGUMENT, message))
+
+
+def _resume(message: Any, last_event_id: str | None) -> None:
+    """Resume after `Last-Event-ID` (the later of it and afterSeq): a seq, 0 to 2^63-1."""
+    if message.after_seq < 0:
+        raise BadRequest(f"afterSeq must be from 0 to {MAX_SEQ}, not {message.after_seq}")
+    if last_event_id is None:
+        return
+    if not _SEQ.fullmatch(last_event_id) or int(last_event_id) > MAX_SEQ:
+        raise BadRequest(
+            f"Last-Event-ID must be a seq from 0 to {MAX_SEQ}, not {shown(last_event_id)!r}"
+        )
+    message.after_seq = max(message.after_seq, int(last_event_id))
 
 
 def _event_id_of(route: Route) -> Callable[[Message], int] | None:
@@ -204,17 +234,6 @@ _INTEGER_TYPES = frozenset({1, 2, 3, 4})  # CPPTYPE_INT32, INT64, UINT32, UINT64
 
 def _serializer(message: Message) -> bytes:
     return message.SerializeToString()
-
-
-def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
-    out = []
-    for name, value in request.headers.items():
-        lowered = name.lower()
-        if lowered.startswith("grpc-metadata-"):
-            out.append((lowered.removeprefix("grpc-metadata-"), value))
-        elif lowered in FORWARDED_HEADERS:
-            out.append((lowered, value))
-    return tuple(out)
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -246,15 +265,18 @@ async def _envelopes(request: web.Request, handler: Handler) -> web.StreamRespon
         return await handler(request)
     except _EnvelopeError as error:
         return _json(error.envelope, error.status)
+    except BadRequest as error:
+        log.info("HTTP %s %s: bad request: %s", request.method, shown(request.path), error)
+        return _json(failure(grpc.StatusCode.INVALID_ARGUMENT, str(error)), 400)
     except web.HTTPException as error:
         if not request.path.startswith("/api/") or error.status < 400:
             raise
         code = _CODE_OF_HTTP.get(error.status, grpc.StatusCode.UNKNOWN)
-        message = error.text or error.reason
+        message = shown(error.text or error.reason, 160)
         if error.status == 404:
-            message = f"no route for {request.method} {request.path}"
+            message = f"no route for {request.method} {shown(request.path)}"
         elif error.status == 405:
-            message = f"{request.method} is not allowed on {request.path}"
+            message = f"{request.method} is not allowed on {shown(request.path)}"
         envelope = failure(code, message.removeprefix(f"{error.status}: "))
         return _json(envelope, error.status)
     except Exception:

@@ -7,13 +7,19 @@ from it) and `data: <the message as one line of JSON>`. A comment
 proxies keep the connection; `Cache-Control: no-cache` and
 `X-Accel-Buffering: no` keep proxies from buffering.
 
-The status line waits until the call is accepted — its first message, or its
-initial metadata, or `open_wait_s` of silence — so that a call refused at once
-is answered as a plain JSON error envelope with the mapped HTTP status (a call
-that ends empty is `204 No Content`, which also tells an `EventSource` not to
-reconnect). A stream opened without a message starts with a heartbeat comment,
-which sends the headers. Once the stream is open, a failure becomes a last
-message `event: error` carrying the same envelope.
+The status line waits until the call answers: its first message opens the
+stream (200), its status ends it, so a call refused before its first message —
+at once or, on a loaded service, seconds later — is answered as a plain JSON
+error envelope with the mapped HTTP status (a call that ends empty is
+`204 No Content`, which also tells an `EventSource` not to reconnect). Only a
+call that says nothing for `heartbeat_s` (a query waiting for its chat) is
+taken as accepted and opened with a heartbeat comment, which sends the
+headers. A service that accepts a call before it has a message sends its
+headers (Attach at the live end does): the stream then opens after
+`OPEN_WAIT_S` unless the status follows — a refusal's status comes right
+behind its headers, though not always in the same read. Once the stream is
+open, a failure becomes a last message `event: error` carrying the same
+envelope.
 
 Backpressure: the next message is read from the call only after the previous
 one was written, and a write that cannot finish within `write_timeout_s` (the
@@ -47,7 +53,7 @@ HEADERS = {
     "X-Accel-Buffering": "no",
 }
 HEARTBEAT = b": heartbeat\n\n"
-#: How long a silent call may keep the status line waiting (see the module's doc).
+#: How long a call that sent only its headers may keep the status line waiting.
 OPEN_WAIT_S = 0.5
 
 
@@ -166,13 +172,15 @@ class EventStream:
             self.request.transport.abort()
 
     async def _open(self, first: asyncio.Future[Any], opened: asyncio.Future[Any]) -> None:
-        """Open the stream early when the call is accepted but says nothing yet."""
-        wait = min(self.heartbeat_s, OPEN_WAIT_S)
-        await asyncio.wait({first, opened}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        """Wait for the call's answer; open the stream early only when it is accepted but silent."""
+        pending = {first, opened}
+        await asyncio.wait(pending, timeout=self.heartbeat_s, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done() and opened.done():  # headers alone: accepted, or a status behind
+            if self.call.done():  # ended without a message: its status decides
+                await asyncio.wait({first})
+            else:
+                await asyncio.wait({first}, timeout=min(self.heartbeat_s, OPEN_WAIT_S))
         if first.done():
-            return
-        if opened.done() and self.call.done():  # ended without a message: its status decides
-            await asyncio.wait({first})
             return
         await self._write(HEARTBEAT)
         self.heartbeats += 1

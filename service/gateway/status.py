@@ -9,7 +9,9 @@ and `metadata`:
     {"code": 5, "msg": "no run 'x' (unknown or expired)", "data": null,
      "status": "NOT_FOUND", "reason": "RUN_NOT_FOUND", "metadata": {"runId": "x"}}
 
-HTTP statuses follow grpc-gateway's table.
+HTTP statuses follow grpc-gateway's table. A message the adapter builds from
+request input shows each echoed value `shown`: cut at `SHOWN_CHARS`, so an
+answer (and a log line) stays small whatever the client sent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
 }
 
 _DETAILS_KEY = "grpc-status-details-bin"
+
+#: How much of a client's value an error message echoes.
+SHOWN_CHARS = 64
+
+
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
+    """`value` as an error message may echo it: at most `limit` characters, then "…"."""
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 def success(data: Any) -> dict[str, Any]:

@@ -10,7 +10,8 @@ The fields of the request come from three places, in the grpc-gateway way:
   dotted (`a.b`), repeated fields repeat the key, message fields take JSON.
 
 A request that does not fit the message (unknown field, wrong type, bad JSON)
-raises `BadRequest`, which the adapter answers as INVALID_ARGUMENT.
+raises `BadRequest`, which the adapter answers as INVALID_ARGUMENT; its message
+echoes the client's names and values only `shown` (cut short).
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from google.protobuf.message import Message
 from multidict import MultiMapping
 
 from service.gateway.routes import Route
+from service.gateway.status import shown
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
+#: The longest message of a parser (which may quote the input) that a BadRequest repeats.
+_PARSER_MESSAGE_CHARS = 160
 
 
 class BadRequest(ValueError):
@@ -61,7 +65,7 @@ def decode_request(
     try:
         json_format.ParseDict(document, message)
     except json_format.ParseError as error:
-        raise BadRequest(str(error)) from None
+        raise BadRequest(shown(str(error), _PARSER_MESSAGE_CHARS)) from None
     return message
 
 
@@ -78,7 +82,7 @@ def _json_value(text: bytes | str) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as error:
-        raise BadRequest(f"invalid JSON: {error}") from None
+        raise BadRequest(f"invalid JSON: {shown(str(error), _PARSER_MESSAGE_CHARS)}") from None
 
 
 def _place(
@@ -98,10 +102,10 @@ def _place(
         last = index == len(parts) - 1
         if not last:
             if field.type != FieldDescriptor.TYPE_MESSAGE or field.is_repeated:
-                raise BadRequest(f"{field_path!r}: {part!r} is not a message field")
+                raise BadRequest(f"{shown(field_path)!r}: {shown(part)!r} is not a message field")
             nested = target.setdefault(field.json_name, {})
             if not isinstance(nested, dict):
-                raise BadRequest(f"{field_path!r}: {part!r} is given twice")
+                raise BadRequest(f"{shown(field_path)!r}: {shown(part)!r} is given twice")
             assert field.message_type is not None
             target, descriptor = nested, field.message_type
             continue
@@ -112,7 +116,7 @@ def _place(
             if field.is_repeated:
                 target[field.json_name] = converted
             elif len(converted) > 1:
-                raise BadRequest(f"{field_path!r} is given more than once")
+                raise BadRequest(f"{shown(field_path)!r} is given more than once")
             else:
                 target[field.json_name] = converted[0]
         else:
@@ -122,7 +126,7 @@ def _place(
 def _field(descriptor: Descriptor, name: str, field_path: str) -> FieldDescriptor:
     field = descriptor.fields_by_name.get(name) or descriptor.fields_by_camelcase_name.get(name)
     if field is None:
-        raise BadRequest(f"unknown parameter {field_path!r} for {descriptor.name}")
+        raise BadRequest(f"unknown parameter {shown(field_path)!r} for {descriptor.name}")
     return field
 
 
@@ -135,7 +139,7 @@ def _from_text(field: FieldDescriptor, text: str, field_path: str) -> Any:
             return True
         if lowered in _FALSE:
             return False
-        raise BadRequest(f"{field_path!r}: expected true or false, got {text!r}")
+        raise BadRequest(f"{shown(field_path)!r}: expected true or false, got {shown(text)!r}")
     if kind == FieldDescriptor.TYPE_ENUM:
         return int(text) if text.lstrip("-").isdigit() else text
     if kind in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):

@@ -8,6 +8,7 @@ whatever the real service implements today.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +26,19 @@ from service.testing import Harness
 
 @dataclass
 class Script:
-    """What one method answers: a reply (unary) or messages (streaming), then a status."""
+    """What one method answers: a reply (unary) or messages (streaming), then a status.
+
+    `headers_first` sends the initial metadata at once, and `delay_s` then waits
+    before the messages (a slow or loaded service).
+    """
 
     reply: Message | None = None
     messages: list[Message] = field(default_factory=list)
     code: grpc.StatusCode = grpc.StatusCode.OK
     details: str = ""
     trailing_metadata: tuple[tuple[str, Any], ...] = ()
+    headers_first: bool = False
+    delay_s: float = 0.0
 
 
 class ScriptedService:
@@ -64,6 +71,10 @@ class ScriptedService:
             self.requests.append((method.name, request))
             self.metadata.append(tuple(context.invocation_metadata() or ()))
             script = self.scripts.get(method.name, Script())
+            if script.headers_first:
+                await context.send_initial_metadata(())
+            if script.delay_s:
+                await asyncio.sleep(script.delay_s)
             for message in script.messages:
                 await context.write(message)
             if script.code != grpc.StatusCode.OK:

@@ -76,6 +76,50 @@ async def test_stream_refused_before_its_first_event_is_a_json_error(
     assert response.json()["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
 
+@pytest.mark.parametrize(
+    ("headers_first", "delay_s"),
+    [(False, 1.0), (True, 0.05)],
+    ids=["status after a second", "status right behind the headers"],
+)
+async def test_stream_refused_late_is_still_a_json_error(
+    headers_first: bool, delay_s: float, adapter: Adapter, scripted: ScriptedService
+) -> None:
+    # A loaded service refuses slowly; its headers may also come in before its status.
+    scripted.scripts["Query"] = Script(
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED,
+        details="busy",
+        headers_first=headers_first,
+        delay_s=delay_s,
+    )
+    response = await adapter.http.post("/api/query", json={"agentKey": "a", "message": "m"})
+    assert response.status_code == 429
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert response.json() == {
+        "code": 8,
+        "msg": "busy",
+        "data": None,
+        "status": "RESOURCE_EXHAUSTED",
+    }
+
+
+async def test_a_silent_stream_is_opened_by_a_heartbeat(scripted: ScriptedService) -> None:
+    first = pb.Event(seq=1, type="run.start", run_start=pb.RunStart(agent_key="a"))
+    scripted.scripts["Attach"] = Script(messages=[first], delay_s=0.6)
+    gateway = HttpGateway(scripted.target, heartbeat_s=0.2)
+    await gateway.start("127.0.0.1:0")
+    try:
+        async with (
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http,
+            http.stream("GET", "/api/runs/r1/events") as response,
+        ):
+            assert response.status_code == 200
+            lines = [line async for line in response.aiter_lines()]
+    finally:
+        await gateway.stop()
+    assert lines[:2] == [": heartbeat", ""]
+    assert lines[-3:] == ["id: 1", 'data: {"seq":1,"type":"run.start","agentKey":"a"}', ""]
+
+
 async def test_stream_failing_midway_ends_with_an_error_message(
     adapter: Adapter, scripted: ScriptedService
 ) -> None:

@@ -34,6 +34,10 @@ async def test_the_adapter_runs_as_its_own_process(
             f"127.0.0.1:{service.app.grpc.port}",
             "--address",
             "127.0.0.1:0",
+            "--allowed-host",
+            "app.example",
+            "--allowed-host",
+            ".corp.example",
             cwd=ROOT,
             env={**os.environ, "AGW_LOG_LEVEL": "INFO", "AGW_LOG_FORMAT": "text"},
             stderr=asyncio.subprocess.PIPE,
@@ -50,6 +54,9 @@ async def test_the_adapter_runs_as_its_own_process(
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
                 agents = (await http.get("/api/agents")).json()["data"]["agents"]
                 assert [a["key"] for a in agents] == ["plain", "thinker"]
+                hosts = ["app.example:8080", "x.corp.example", "localhost", "evil.example"]
+                served = [(await http.get("/", headers={"Host": h})).status_code for h in hosts]
+                assert served == [200, 200, 421, 421]  # the flag's list and the bound host
                 body = {"agentKey": "plain", "message": "hi"}
                 async with httpx_sse.aconnect_sse(http, "POST", "/api/query", json=body) as source:
                     types = [orjson.loads(sse.data)["type"] async for sse in source.aiter_sse()]

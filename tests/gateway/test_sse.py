@@ -239,7 +239,7 @@ async def test_a_slow_reader_is_bounded_then_dropped(
         reader, writer = await asyncio.open_connection(sock=sock)
         body = orjson.dumps(QUERY)
         writer.write(
-            b"POST /api/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/query HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
@@ -254,3 +254,65 @@ async def test_a_slow_reader_is_bounded_then_dropped(
     assert stream.end_reason == "write timeout"
     assert stream.sent_bytes < total / 2  # the adapter stopped reading the call...
     assert stream.max_buffered <= 256 * 1024  # ...and its buffer stayed bounded
+
+
+async def test_queries_refused_while_the_runs_are_full_answer_429_not_a_stream(
+    agents_dir: Path, provider: LoopbackProvider
+) -> None:
+    gate = asyncio.Event()
+    provider.enqueue([content("held"), Gate(gate), finish("stop"), DONE])
+    async with (
+        Harness.start(agents_dir, provider, max_concurrent_runs=1) as gateway,
+        httpx.AsyncClient(base_url=gateway.http_url, timeout=10) as http,
+    ):
+        async with httpx_sse.aconnect_sse(http, "POST", "/api/query", json=QUERY) as held:
+            events = sse_events(held)
+            await read_until(events, "content.delta")
+            refused = await asyncio.gather(
+                *(
+                    http.post("/api/query", json={"agentKey": "plain", "message": f"also {n}"})
+                    for n in range(20)
+                )
+            )
+            gate.set()
+            rest = [event["type"] async for _, event in events]
+        assert gateway.app.frontdoor.active_runs == 0
+    assert rest[-1] == "run.complete"
+    assert {r.status_code for r in refused} == {429}
+    assert {r.headers["Content-Type"].split(";")[0] for r in refused} == {"application/json"}
+    for response in refused:
+        body = response.json()
+        assert {k: v for k, v in body.items() if k != "msg"} == {
+            "code": 8,
+            "data": None,
+            "status": "RESOURCE_EXHAUSTED",
+            "reason": "OVERLOADED",
+        }
+
+
+async def test_a_query_waiting_for_its_chat_is_opened_by_a_heartbeat(
+    fast_heartbeat: Harness, provider: LoopbackProvider
+) -> None:
+    gate = asyncio.Event()
+    provider.enqueue(
+        [content("first"), Gate(gate), finish("stop"), DONE],
+        [content("second"), finish("stop"), DONE],
+    )
+    async with (
+        httpx.AsyncClient(base_url=fast_heartbeat.http_url, timeout=10) as http,
+        httpx_sse.aconnect_sse(http, "POST", "/api/query", json=QUERY) as first,
+    ):
+        head = await read_until(sse_events(first), "content.delta")
+        queued = {
+            **QUERY,
+            "chatId": head[0]["chatId"],
+            "multitaskStrategy": "MULTITASK_STRATEGY_ENQUEUE",
+        }
+        async with http.stream("POST", "/api/query", json=queued) as second:
+            assert second.status_code == 200  # accepted while it waits: a heartbeat opened it
+            lines = second.aiter_lines()
+            assert await anext(lines) == ": heartbeat"
+            gate.set()
+            data = [json.loads(line[6:]) async for line in lines if line.startswith("data: ")]
+    assert [e["type"] for e in data][-3:] == ["content.delta", "content.end", "run.complete"]
+    assert data[0]["message"] == "Hi there" and data[0]["chatId"] == head[0]["chatId"]

@@ -20,6 +20,8 @@ from service.core import events
 from service.gateway.server import AGENT_GATEWAY
 from tests.gateway.conftest import Adapter, Script, ScriptedService
 
+JSON = {"Content-Type": "application/json"}
+
 
 def value(data: Any) -> struct_pb2.Value:
     return events.to_value(data)
@@ -252,11 +254,29 @@ async def test_headers_are_forwarded_as_metadata(
         ("GET", "/api/chat", {"params": {"includeRawMessages": "maybe"}}, "true or false"),
         ("GET", "/api/agent", {"params": {"agentKay": "a"}}, "agentKay"),
         ("GET", "/api/chats", {"params": [("pageSize", "1"), ("pageSize", "2")]}, "more than once"),
-        ("POST", "/api/cancel", {"content": b'{"runId": 1'}, "invalid JSON"),
+        ("POST", "/api/cancel", {"content": b'{"runId": 1', "headers": JSON}, "invalid JSON"),
         ("POST", "/api/cancel", {"json": ["r1"]}, "JSON object"),
         ("POST", "/api/cancel", {"json": {"runID": "r1"}}, "runID"),
-        ("POST", "/api/submit", {"content": b'{"payload": {"a": NaN}}'}, "invalid JSON"),
+        (
+            "POST",
+            "/api/submit",
+            {"content": b'{"payload": {"a": NaN}}', "headers": JSON},
+            "invalid JSON",
+        ),
         ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "abc"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "-1"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "1_0"}}, "Last-Event-ID"),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "+3"}}, "Last-Event-ID"),
+        (
+            "GET",
+            "/api/runs/r1/events",
+            {"headers": {"Last-Event-ID": "٣".encode()}},
+            "Last-Event-ID",
+        ),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": str(2**63)}}, str(2**63 - 1)),
+        ("GET", "/api/runs/r1/events", {"headers": {"Last-Event-ID": "9" * 20}}, "seq"),
+        ("GET", "/api/runs/r1/events", {"params": {"afterSeq": "-3"}}, "afterSeq"),
+        ("GET", "/api/runs/r1/events", {"params": {"afterSeq": str(2**63)}}, "afterSeq"),
     ],
 )
 async def test_bad_requests_are_invalid_argument(
