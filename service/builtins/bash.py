@@ -103,6 +103,11 @@ def describe(result: SandboxResult) -> str:
 def describe_workspace(usage: Usage) -> str:
     """How full the workspace is, and whether the command ran into its quota."""
     quota = size_text(usage.quota_bytes)
+    if not usage.saved and not usage.full:
+        return (
+            "not saved: the sandbox did not end in time, so the command's changes to the "
+            f"workspace were discarded ({size_text(usage.used_bytes)} kept)"
+        )
     if not usage.saved:
         return (
             f"quota exceeded: the command's files went over the {quota} quota, so its changes "

@@ -59,8 +59,9 @@ class Usage:
     """The working directory after a command, by the quota's count.
 
     `used_bytes` is what the directory holds now; `full` says the command ran
-    its copy out of space; `saved` is False when the copy was over the limits
-    and the directory was left as it was.
+    its copy out of space (or over the limits); `saved` is False when the
+    directory was left as it was: the copy was over the limits (`full` too) or
+    the sandbox did not end.
     """
 
     used_bytes: int

@@ -125,6 +125,11 @@ def test_an_allowed_path_beside_the_workspaces_is_fine(tmp_path: Path) -> None:
             "quota exceeded: the command's files went over the 256 MiB quota, so its changes "
             "to the workspace were discarded (1.5 KiB kept)",
         ),
+        (
+            Usage(0, 2**28, full=False, saved=False),
+            "not saved: the sandbox did not end in time, so the command's changes to the "
+            "workspace were discarded (0 B kept)",
+        ),
     ],
 )
 def test_the_result_tells_how_full_the_workspace_is(usage: Usage, line: str) -> None:
