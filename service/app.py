@@ -69,6 +69,8 @@ def bash_options(settings: Settings) -> BashOptions:
         memory_limit_bytes=settings.bash_memory_limit_bytes,
         max_processes=settings.bash_max_processes,
         network=settings.bash_network,
+        workspace_quota_bytes=settings.bash_workspace_quota_bytes,
+        max_concurrent=settings.bash_max_concurrent,
     )
 
 

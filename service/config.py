@@ -121,8 +121,9 @@ class Settings(BaseSettings):
     tool_timeout_s: float = 30.0  # a backend tool call without its own timeoutMs
     frontend_wait_timeout_s: float = 300.0  # a frontend tool waits this long for Submit
     submit_payload_limit_bytes: int = 256 * 1024
-    # The _bash_ tool: a command runs in a sandbox, in the working directory, seeing only it
-    # and the allowed paths (list as JSON, or separated by commas)
+    # The _bash_ tool: a command runs in a sandbox, in its chat's workspace
+    # ({bash_working_dir}/chats/{chatId}), seeing only it and the allowed paths (list as
+    # JSON, or separated by commas; they may not overlap the workspaces)
     bash_working_dir: Path = Path("workspace")
     bash_allowed_paths: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     bash_timeout_s: float = 10.0
@@ -130,6 +131,8 @@ class Settings(BaseSettings):
     bash_memory_limit_bytes: int = 512 * 1024 * 1024
     bash_max_processes: int = 64
     bash_network: bool = False
+    bash_workspace_quota_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # per chat
+    bash_max_concurrent: int = Field(default=4, ge=1)  # sandboxes at once; others wait
 
     # Providers; when none is configured the built-in demo provider serves every agent.
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)

@@ -49,6 +49,8 @@ def test_bash_options_carry_every_bash_setting(tmp_path: Path) -> None:
         bash_memory_limit_bytes=1024,
         bash_max_processes=2,
         bash_network=True,
+        bash_workspace_quota_bytes=4096,
+        bash_max_concurrent=2,
     )
     options = bash_options(settings)
     assert options == BashOptions(
@@ -59,6 +61,8 @@ def test_bash_options_carry_every_bash_setting(tmp_path: Path) -> None:
         memory_limit_bytes=1024,
         max_processes=2,
         network=True,
+        workspace_quota_bytes=4096,
+        max_concurrent=2,
     )
     unset = BashOptions(working_dir=Path())
     for f in fields(BashOptions):

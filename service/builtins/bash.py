@@ -1,23 +1,40 @@
 """The built-in `_bash_` tool: a shell command, run in the sandbox (`service.builtins.sandbox`).
 
-The command runs in the configured working directory, sees only that directory
-and the allowed paths, and is bounded in time, output, memory and processes;
-the result tells the model the exit code, whether the command timed out or its
-output was cut, and what it printed.
+Each chat has its own workspace, `{working_dir}/chats/{chatId}` (created on
+first use; the core has checked the chat id), and the command runs there,
+seeing that directory at its own path, the allowed paths, and nothing else of
+the host: no other chat's files. The workspace persists between calls and
+holds at most `workspace_quota_bytes`. The command is bounded in time, output,
+memory and processes; the result tells the model the exit code, whether the
+command timed out or its output was cut, what it printed, and how full the
+workspace is.
+
+Calls take turns: one at a time per chat (they share its workspace), and at
+most `max_concurrent` sandboxes at once in the service. A call waits for its
+turn at most its time-out, then gets the whole time-out to run; the tool's own
+time-out covers both. Memory in use by sandboxes is therefore bounded by
+`max_concurrent` times the per-call memory limit (and the workspace copies).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.builtins.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
+from service.builtins.workspace import Usage
+from service.core.ids import valid_chat_id
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
 
 NAME = "_bash_"
-GRACE_S = 5.0  # the tool's own time-out exceeds the command's by this much
+GRACE_S = 5.0  # the tool's own time-out exceeds the wait and the command's by this much
+CHATS = "chats"  # the chats' workspaces are {working_dir}/chats/{chatId}
 
 
 @dataclass(frozen=True)
@@ -25,7 +42,8 @@ class BashOptions:
     """The `_bash_` tool as configured (`service.app` builds it from the `bash_*` settings).
 
     Paths are taken as given (`~` and relative paths allowed); `policy_from`
-    resolves them.
+    resolves them. `working_dir` holds the chats' workspaces; an allowed path
+    may not overlap them.
     """
 
     working_dir: Path
@@ -35,11 +53,18 @@ class BashOptions:
     memory_limit_bytes: int = 512 * 1024 * 1024
     max_processes: int = 64
     network: bool = False
+    workspace_quota_bytes: int = 256 * 1024 * 1024
+    max_concurrent: int = 4
 
 
 def policy_from(options: BashOptions) -> SandboxPolicy:
-    """The sandbox of the `_bash_` tool, from its options (paths resolved)."""
-    return SandboxPolicy(
+    """The sandbox of the `_bash_` tool, from its options (paths resolved).
+
+    Its `working_dir` is the root of the workspaces; each call runs in its
+    chat's (`workspace_of`). Raises ValueError when an allowed path overlaps
+    the workspaces, which would show one chat another's files.
+    """
+    policy = SandboxPolicy(
         working_dir=options.working_dir.expanduser().resolve(),
         allowed_paths=tuple(p.expanduser().resolve() for p in options.allowed_paths),
         timeout_s=options.timeout_s,
@@ -47,7 +72,18 @@ def policy_from(options: BashOptions) -> SandboxPolicy:
         memory_limit_bytes=options.memory_limit_bytes,
         max_processes=options.max_processes,
         network=options.network,
+        workspace_quota_bytes=options.workspace_quota_bytes,
     )
+    chats = policy.working_dir / CHATS
+    for path in policy.allowed_paths:
+        if path == chats or path in chats.parents or chats in path.parents:
+            raise ValueError(f"the allowed path {path} overlaps the chats' workspaces in {chats}")
+    return policy
+
+
+def workspace_of(policy: SandboxPolicy, chat_id: str) -> Path:
+    """The chat's workspace under the policy's working directory."""
+    return policy.working_dir / CHATS / chat_id
 
 
 def describe(result: SandboxResult) -> str:
@@ -57,39 +93,110 @@ def describe(result: SandboxResult) -> str:
         f"timed_out: {str(result.timed_out).lower()}",
         f"output_truncated: {str(result.truncated).lower()}",
         f"duration_ms: {round(result.duration_ms)}",
-        "stdout:",
-        result.stdout.rstrip("\n"),
-        "stderr:",
-        result.stderr.rstrip("\n"),
     ]
+    if result.workspace is not None:
+        lines.append(f"workspace: {describe_workspace(result.workspace)}")
+    lines += ["stdout:", result.stdout.rstrip("\n"), "stderr:", result.stderr.rstrip("\n")]
     return "\n".join(lines)
 
 
-class Bash:
-    """The tool's implementation."""
+def describe_workspace(usage: Usage) -> str:
+    """How full the workspace is, and whether the command ran into its quota."""
+    quota = size_text(usage.quota_bytes)
+    if not usage.saved and not usage.full:
+        return (
+            "not saved: the sandbox did not end in time, so the command's changes to the "
+            f"workspace were discarded ({size_text(usage.used_bytes)} kept)"
+        )
+    if not usage.saved:
+        return (
+            f"quota exceeded: the command's files went over the {quota} quota, so its changes "
+            f"to the workspace were discarded ({size_text(usage.used_bytes)} kept)"
+        )
+    used = f"{size_text(usage.used_bytes)} of {quota} used"
+    if usage.full:
+        return f"quota reached ({used}): writes past it failed"
+    return used
 
-    def __init__(self, policy: SandboxPolicy) -> None:
+
+def size_text(n: int) -> str:
+    """`n` bytes for a reader: 512 B, 12.5 KiB, 256 MiB."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f}".removesuffix(".0") + f" {unit}"
+        value /= 1024
+    return f"{value:.1f}".removesuffix(".0") + " GiB"
+
+
+class Bash:
+    """The tool's implementation: per-chat workspaces, turns, and the sandbox."""
+
+    def __init__(self, policy: SandboxPolicy, max_concurrent: int) -> None:
         self.policy = policy
+        self.max_concurrent = max_concurrent
+        self.slots = asyncio.Semaphore(max_concurrent)
+        self.chats: dict[str, _Turns] = {}
 
     async def __call__(self, arguments: dict[str, Any], call: ToolCallInfo) -> str:
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolError("'command' must be a non-empty string")
-        self.policy.working_dir.mkdir(parents=True, exist_ok=True)
-        return describe(await run_sandboxed(command, self.policy))
+        if not valid_chat_id(call.chat_id):
+            raise ToolError(f"no workspace for chat id {call.chat_id[:140]!r}")
+        workspace = workspace_of(self.policy, call.chat_id)
+        workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+        policy = dataclasses.replace(self.policy, working_dir=workspace)
+        async with contextlib.AsyncExitStack() as turn:
+            try:
+                async with asyncio.timeout(self.policy.timeout_s):
+                    await turn.enter_async_context(self._chat_turn(call.chat_id))
+                    await turn.enter_async_context(self.slots)
+            except TimeoutError:
+                raise ToolError(
+                    f"no sandbox was free within {self.policy.timeout_s:g} s (at most "
+                    f"{self.max_concurrent} commands run at once, one at a time per chat); "
+                    "try again"
+                ) from None
+            return describe(await run_sandboxed(command, policy))
+
+    @contextlib.asynccontextmanager
+    async def _chat_turn(self, chat_id: str) -> AsyncIterator[None]:
+        """Hold the chat's workspace: its calls run one after another."""
+        turns = self.chats.setdefault(chat_id, _Turns())
+        turns.waiting += 1
+        try:
+            async with turns.lock:
+                yield
+        finally:
+            turns.waiting -= 1
+            if not turns.waiting:
+                del self.chats[chat_id]
+
+
+@dataclass
+class _Turns:
+    """The calls of one chat, waiting for or holding its workspace."""
+
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    waiting: int = 0
 
 
 def bash_tool(options: BashOptions) -> BackendTool:
     """The `_bash_` tool, running its commands in the sandbox `options` describe."""
     policy = policy_from(options)
-    paths = ", ".join(str(p) for p in (policy.working_dir, *policy.allowed_paths))
+    others = ", ".join(str(p) for p in policy.allowed_paths)
     definition = ToolDefinition(
         name=NAME,
         kind="backend",
         description=(
             "Run a bash command in a sandbox and get its exit code and output. The working "
-            f"directory is {policy.working_dir}; only these paths exist for the command: {paths}. "
-            f"Time limit {policy.timeout_s:g} s"
+            "directory is this chat's own workspace: its files stay between commands, up to "
+            f"{size_text(policy.workspace_quota_bytes)} in all"
+            + (f"; the only other paths that exist for the command: {others}" if others else "")
+            + f". Time limit {policy.timeout_s:g} s"
             + ("" if policy.network else "; no network access")
             + "."
         ),
@@ -99,6 +206,6 @@ def bash_tool(options: BashOptions) -> BackendTool:
             "required": ["command"],
         },
         after_call_hint="Report what the command printed; when it failed, say why.",
-        timeout_s=policy.timeout_s + GRACE_S,
+        timeout_s=2 * policy.timeout_s + GRACE_S,
     )
-    return BackendTool(definition, Bash(policy))
+    return BackendTool(definition, Bash(policy, options.max_concurrent))

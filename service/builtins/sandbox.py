@@ -4,11 +4,19 @@ The command runs under bubblewrap in fresh user, pid, mount, ipc, uts, cgroup
 and (unless the policy allows it) network namespaces, as uid/gid 65534, with no
 capabilities, a scrubbed environment, a read-only view of the system (/usr, the
 /bin and /lib links, a few /etc files), fresh /proc, /dev, /tmp and /dev/shm,
-and read-write only the working directory and the allowed paths. Writable
-paths are bound by open file descriptor, so what is mounted is what was
-checked; nothing else of the host exists inside, so a symlink pointing outside
-leads nowhere. `.git` and shell start-up files found at the top of a writable
-path are mounted read-only.
+and read-write only the working directory and the allowed paths. Allowed paths
+are bound by open file descriptor, so what is mounted is what was checked;
+nothing else of the host exists inside, so a symlink pointing outside leads
+nowhere. `.git` and shell start-up files found at the top of a writable path
+are mounted read-only.
+
+The working directory is seen at its own path, but what is mounted there is a
+tmpfs of `workspace_quota_bytes`, filled with the directory's content before
+the command starts and mirrored back after the sandbox has ended
+(`service.builtins.workspace`, which explains why): the kernel bounds every
+write, so the directory on disk never grows past the quota. The command
+starts only once its copy is filled: a first shell step tells the gateway the
+sandbox is set up, waits for the word to go, then runs the command.
 
 Processes and memory are bounded by a child cgroup (cgroup2, or the cgroup1
 `pids` and `memory` hierarchies) when the host lets us create one; rlimits add
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -40,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.builtins.workspace import Usage, Workspace
 from service.core.errors import SandboxUnavailable
 
 logger = logging.getLogger(__name__)
@@ -56,6 +66,9 @@ HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 """Where the cgroup hierarchies are mounted."""
 
+BASH = Path("/usr/bin/bash")
+"""The shell that runs the command (from the host's /usr, mounted read-only)."""
+
 _SANDBOX_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/tmp",
@@ -71,8 +84,10 @@ _PASSWD = (
 )
 _GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n"
 _JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_TMPFS_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_CHUNK = 65536
 _REAP_TIMEOUT_S = 5.0
+_SETUP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ class SandboxPolicy:
     memory_limit_bytes: int = 256 * 1024 * 1024
     max_processes: int = 64
     network: bool = False
+    workspace_quota_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,7 @@ class SandboxResult:
     `exit_code` is None when the command was killed for its time-out or its
     output; a command killed by a signal inside reports 128 + the signal.
     `stdout` and `stderr` together hold at most `output_limit_bytes` bytes.
+    `workspace` tells what became of the working directory.
     """
 
     stdout: str
@@ -103,23 +120,31 @@ class SandboxResult:
     timed_out: bool
     truncated: bool
     duration_ms: float
+    workspace: Usage | None = None
 
 
 async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
     """Run `command` with bash inside the sandbox `policy` describes.
 
-    Raises SandboxUnavailable when the sandbox cannot be built; cancelling the
-    calling task kills the command and re-raises CancelledError.
+    Raises SandboxUnavailable when the sandbox cannot be built (or the working
+    directory already holds more than its quota); cancelling the calling task
+    kills the command, keeps what it wrote, and re-raises CancelledError.
+    Concurrent calls on one working directory each work on their own copy; the
+    last to end is what the directory keeps.
     """
     started = time.monotonic()
-    tools = {name: shutil.which(name, path=HOST_PATH) for name in ("bwrap", "prlimit", "sh")}
-    missing = sorted(name for name, found in tools.items() if found is None)
-    if missing:
-        raise SandboxUnavailable(f"missing host tools: {', '.join(missing)}")
+    tools = _host_tools()
     fds = _Fds()
     cgroup: _Cgroup | None = None
+    workspace: Workspace | None = None
     try:
-        mounts = _mount_args(policy, fds)
+        mounts, keep = _mount_args(policy, fds)
+        workspace = Workspace(_real(policy.working_dir), policy.workspace_quota_bytes, keep)
+        if await workspace.held_bytes() is None:
+            raise SandboxUnavailable(
+                f"the working directory {policy.working_dir} holds more than its quota of "
+                f"{policy.workspace_quota_bytes} bytes (or nests deeper than allowed)"
+            )
         cgroup = _Cgroup.create(policy.max_processes, policy.memory_limit_bytes)
         if not cgroup.limits_pids and os.geteuid() == 0:
             raise SandboxUnavailable(
@@ -127,11 +152,13 @@ async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
                 "the number of processes"
             )
         info_read, info_write = os.pipe()
-        fds.parent.append(info_read)
-        fds.child.append(info_write)
+        ready_read, ready_write = os.pipe()
+        go_read, go_write = os.pipe()
+        fds.parent += [info_read, ready_read, go_write]
+        fds.child += [info_write, ready_write, go_read]
         argv = [str(tools["prlimit"]), *_rlimits(policy, cgroup.limits_memory), "--"]
         argv += [str(tools["bwrap"]), *_namespace_args(policy, info_write, fds), *mounts]
-        argv += [*_shell(), command]
+        argv += [*_shell(), _handshake(ready_write, go_read), "agw-sandbox", command]
         if cgroup.dirs:
             procs = [str(d / "cgroup.procs") for d in cgroup.dirs]
             argv = [str(tools["sh"]), "-c", _JOIN_CGROUPS, "agw-sandbox", *procs, "--", *argv]
@@ -147,14 +174,32 @@ async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
         fds.close_child()
         fds.parent.remove(info_read)
         execution = _Execution(proc, info_read, cgroup, policy)
+        outcome: Usage | None = None
         try:
-            return await execution.collect(started)
+            await execution.prepare(workspace, ready_read, go_write)
+            result = await execution.collect(started)
         finally:
             await asyncio.shield(execution.reap())
+            if workspace.filled:
+                outcome = await (workspace.save() if execution.ended else workspace.unsaved())
+        return dataclasses.replace(result, workspace=outcome)
     finally:
         fds.close_all()
+        if workspace is not None:
+            await asyncio.shield(workspace.aclose())
         if cgroup is not None:
             await asyncio.shield(cgroup.remove())
+
+
+def _host_tools() -> dict[str, str]:
+    """Where bwrap, prlimit and sh are; bash must be in /usr too."""
+    tools = {name: shutil.which(name, path=HOST_PATH) for name in ("bwrap", "prlimit", "sh")}
+    missing = sorted(name for name, found in tools.items() if found is None)
+    if not BASH.exists():
+        missing.append(str(BASH))
+    if missing:
+        raise SandboxUnavailable(f"missing host tools: {', '.join(missing)}")
+    return {name: str(found) for name, found in tools.items()}
 
 
 class _Fds:
@@ -212,8 +257,10 @@ def _namespace_args(policy: SandboxPolicy, info_fd: int, fds: _Fds) -> list[str]
     return args
 
 
-def _mount_args(policy: SandboxPolicy, fds: _Fds) -> list[str]:
-    """The filesystem: system read-only, fresh /proc /dev /tmp, writable paths by fd."""
+def _mount_args(policy: SandboxPolicy, fds: _Fds) -> tuple[list[str], frozenset[str]]:
+    """The filesystem: system read-only, fresh /proc /dev /tmp, the working directory's
+    tmpfs, allowed paths by fd; and the names mounted read-only at the top of the
+    working directory."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in _SYSTEM_DIRS:
         host = Path("/") / name
@@ -229,27 +276,38 @@ def _mount_args(policy: SandboxPolicy, fds: _Fds) -> list[str]:
     working_dir = _real(policy.working_dir)
     if not working_dir.is_dir():
         raise SandboxUnavailable(f"working directory {policy.working_dir} is not a directory")
-    writable = dict.fromkeys([working_dir, *(_real(p) for p in policy.allowed_paths)])
-    if Path("/") in writable:
+    allowed = dict.fromkeys(_real(p) for p in policy.allowed_paths)
+    if Path("/") in allowed:
         raise SandboxUnavailable("the root directory cannot be a writable path")
-    for path in sorted(writable, key=lambda p: len(p.parts)):
-        fd = fds.path(path, follow=False)
-        if fd is None:
-            raise SandboxUnavailable(f"allowed path {path} changed while the sandbox was built")
-        args += ["--bind-fd", str(fd), str(path)]
+    for path in allowed:
+        if path == working_dir or working_dir in path.parents:
+            raise SandboxUnavailable(f"allowed path {path} is inside the working directory")
+    keep: frozenset[str] = frozenset()
+    for path in sorted([working_dir, *allowed], key=lambda p: len(p.parts)):
+        if path == working_dir:
+            args += ["--size", str(policy.workspace_quota_bytes), "--tmpfs", str(path)]
+        else:
+            fd = fds.path(path, follow=False)
+            if fd is None:
+                raise SandboxUnavailable(f"allowed path {path} changed while the sandbox was built")
+            args += ["--bind-fd", str(fd), str(path)]
         if path.is_dir():
-            args += _protect(path, fds)
-    return [*args, "--remount-ro", "/"]
+            protected = _protect(path, fds)
+            for name, fd in protected.items():
+                args += ["--ro-bind-fd", str(fd), str(path / name)]
+            if path == working_dir:
+                keep = frozenset(protected)
+    return [*args, "--remount-ro", "/"], keep
 
 
-def _protect(directory: Path, fds: _Fds) -> list[str]:
-    """Mount repository metadata and shell start-up files read-only (never via a symlink)."""
-    args: list[str] = []
+def _protect(directory: Path, fds: _Fds) -> dict[str, int]:
+    """Repository metadata and shell start-up files to mount read-only (never via a symlink)."""
+    found: dict[str, int] = {}
     for name in _PROTECTED:
         fd = fds.path(directory / name, follow=False)
         if fd is not None:
-            args += ["--ro-bind-fd", str(fd), str(directory / name)]
-    return args
+            found[name] = fd
+    return found
 
 
 def _real(path: Path) -> Path:
@@ -270,9 +328,16 @@ def _rlimits(policy: SandboxPolicy, memory_by_cgroup: bool) -> list[str]:
 
 
 def _shell() -> list[str]:
-    if Path("/usr/bin/bash").exists():
-        return ["/usr/bin/bash", "--noprofile", "--norc", "-c"]
-    return ["/bin/sh", "-c"]
+    return [str(BASH), "--noprofile", "--norc", "-c"]
+
+
+def _handshake(ready: int, go: int) -> str:
+    """The sandbox's first step: say it is set up, wait for its working directory, then run
+    the command (`$1`) in a fresh shell, with neither pipe open."""
+    return (
+        f"printf 1 >&{ready}; exec {ready}>&-; read -r go <&{go}; exec {go}<&-; "
+        f'[ "$go" = go ] || exit 125; exec {" ".join(_shell())} "$1"'
+    )
 
 
 class _Cgroup:
@@ -417,7 +482,32 @@ class _Execution:
         self.total = 0
         self.truncated = False
         self.killed = False
+        self.ended = False
         self.overflow = asyncio.Event()
+
+    async def prepare(self, workspace: Workspace, ready_fd: int, go_fd: int) -> None:
+        """Once the sandbox is set up, fill its working directory, then let the command start.
+
+        Returns at once if the sandbox ended before it was set up (`collect` reports why).
+        """
+        try:
+            ready = await asyncio.wait_for(_read_once(ready_fd), _SETUP_TIMEOUT_S)
+        except TimeoutError:
+            raise SandboxUnavailable("the sandbox was not set up in time") from None
+        if ready != b"1":
+            return
+        await asyncio.wait({self.info}, timeout=_REAP_TIMEOUT_S)
+        if self.init_pidfd is None:
+            raise SandboxUnavailable("the sandbox's pid 1 is unknown")
+        root = f"/proc/{self.child_pid}/root{workspace.directory}"
+        try:
+            workspace.attach(os.open(root, _TMPFS_FLAGS))
+            await workspace.fill()
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f"the working directory could not be copied in: {exc}"
+            ) from exc
+        os.write(go_fd, b"go\n")
 
     async def collect(self, started: float) -> SandboxResult:
         """Read both streams until the command ends, times out or floods its output."""
@@ -471,7 +561,10 @@ class _Execution:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     async def reap(self) -> None:
-        """Make sure nothing of the sandbox runs any more, then release its descriptors."""
+        """Make sure nothing of the sandbox runs any more, then release its descriptors.
+
+        Sets `ended` once the sandbox's pid 1, and so every process inside, is gone.
+        """
         try:
             if self.proc.returncode is None:
                 await self.kill()
@@ -480,7 +573,7 @@ class _Execution:
             self.info.cancel()
             await asyncio.wait({self.info})
             if self.init_pidfd is not None:
-                await self._wait_init_gone()
+                self.ended = await self._wait_init_gone()
         finally:
             self.info_file.close()
             if self.init_pidfd is not None:
@@ -534,7 +627,7 @@ class _Execution:
         """True when bwrap (or the cgroup join) ended before creating the sandbox."""
         return self.info.done() and self.child_pid is None
 
-    async def _wait_init_gone(self) -> None:
+    async def _wait_init_gone(self) -> bool:
         """Wait until the sandbox's pid 1 has exited: then its whole pid namespace has."""
         assert self.init_pidfd is not None
         loop = asyncio.get_running_loop()
@@ -549,5 +642,24 @@ class _Execution:
             await asyncio.wait_for(gone, _REAP_TIMEOUT_S)
         except TimeoutError:
             logger.warning("sandbox pid 1 still running after %.0f s", _REAP_TIMEOUT_S)
+            return False
         finally:
             loop.remove_reader(self.init_pidfd)
+        return True
+
+
+async def _read_once(fd: int) -> bytes:
+    """What a pipe holds once it can be read (b"" at its end)."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, 16)

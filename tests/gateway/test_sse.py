@@ -287,6 +287,7 @@ async def test_queries_refused_while_the_runs_are_full_answer_429_not_a_stream(
             "data": None,
             "status": "RESOURCE_EXHAUSTED",
             "reason": "OVERLOADED",
+            "metadata": {"limit": "1"},
         }
 
 
