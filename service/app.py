@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from service import security, state
 from service.builtins.bash import BashOptions
@@ -174,6 +175,12 @@ class App:
     async def _start_http(self) -> None:
         """The HTTP/SSE adapter and web page, calling this process's gRPC server by default."""
         settings = self.settings
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            tls["ssl_context"] = security.server_ssl_context(*self.tls)
+            if not settings.http_grpc_target:  # our own gRPC server speaks TLS too
+                credentials, options = security.local_channel_security(self.tls[0])
+                tls.update(grpc_credentials=credentials, grpc_options=options)
         self.http = HttpGateway(
             settings.http_grpc_target or local_target(settings.grpc_address, self.grpc.port),
             heartbeat_s=settings.http_heartbeat_s,
@@ -181,6 +188,7 @@ class App:
             max_body_bytes=settings.http_max_body_bytes,
             cors_origins=settings.http_cors_origins,
             allowed_hosts=settings.http_allowed_hosts,
+            **tls,
         )
         await self.http.start(settings.http_address)
 

@@ -8,6 +8,13 @@ example behind a gateway that authenticates).
 from __future__ import annotations
 
 import ipaddress
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
 
 from service.config import Settings
 from service.transport.auth import Authenticator, JwtOptions, api_key
@@ -73,3 +80,38 @@ def tls_material(settings: Settings) -> tuple[bytes, bytes] | None:
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         raise ValueError("TLS needs both AGW_TLS_CERT_FILE and AGW_TLS_KEY_FILE")
     return settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes()
+
+
+def server_ssl_context(cert_chain: bytes, key: bytes) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2 or newer) for the HTTP adapter."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    with tempfile.TemporaryDirectory() as folder:  # the ssl module loads PEM from files
+        cert_file, key_file = Path(folder, "cert.pem"), Path(folder, "key.pem")
+        cert_file.write_bytes(cert_chain)
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key)
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def local_channel_security(
+    cert_chain: bytes,
+) -> tuple[grpc.ChannelCredentials, tuple[tuple[str, Any], ...]]:
+    """How this process's HTTP adapter reaches its own TLS gRPC server on loopback.
+
+    The certificate is trusted as its own root, and the name checked is one the
+    certificate was issued for (its first DNS name, else its common name).
+    """
+    certificate = x509.load_pem_x509_certificate(cert_chain)
+    names: list[str] = []
+    try:
+        extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        names = extension.value.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        pass
+    if not names:
+        common = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        names = [str(common[0].value)] if common else ["localhost"]
+    credentials = grpc.ssl_channel_credentials(root_certificates=cert_chain)
+    return credentials, (("grpc.ssl_target_name_override", names[0]),)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,15 @@ class HttpGateway:
         cors_origins: Iterable[str] = (),
         allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
         serve_page: bool = True,
+        grpc_credentials: grpc.ChannelCredentials | None = None,
+        grpc_options: Sequence[tuple[str, Any]] = (),
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`grpc_credentials`: call a TLS gRPC target; `ssl_context`: serve HTTPS."""
         self.grpc_target = grpc_target
+        self.grpc_credentials = grpc_credentials
+        self.grpc_options = (*CHANNEL_OPTIONS, *grpc_options)
+        self.ssl_context = ssl_context
         self.routes = routes_of(*services)
         self.heartbeat_s = heartbeat_s
         self.write_timeout_s = write_timeout_s
@@ -91,7 +99,12 @@ class HttpGateway:
 
     def application(self) -> web.Application:
         """The aiohttp application (routes, page, middlewares); opens the gRPC channel."""
-        self.channel = grpc.aio.insecure_channel(self.grpc_target, options=CHANNEL_OPTIONS)
+        if self.grpc_credentials is not None:
+            self.channel = grpc.aio.secure_channel(
+                self.grpc_target, self.grpc_credentials, options=self.grpc_options
+            )
+        else:
+            self.channel = grpc.aio.insecure_channel(self.grpc_target, options=self.grpc_options)
         app = web.Application(
             client_max_size=self.max_body_bytes,
             middlewares=[self.hosts.middleware, self.cors.middleware, _envelopes],
@@ -112,14 +125,17 @@ class HttpGateway:
             self.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host.strip("[]") or None, int(port))
+        site = web.TCPSite(
+            self._runner, host.strip("[]") or None, int(port), ssl_context=self.ssl_context
+        )
         await site.start()
         self.port = self._runner.addresses[0][1]
         log.info(
-            "HTTP listening on %s (port %d), calling gRPC at %s: page at http://%s:%d/",
+            "HTTP listening on %s (port %d), calling gRPC at %s: page at %s://%s:%d/",
             address,
             self.port,
             self.grpc_target,
+            "https" if self.ssl_context is not None else "http",
             host or "127.0.0.1",
             self.port,
         )
