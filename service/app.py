@@ -56,6 +56,8 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         max_retries=provider.max_retries,
         retry_backoff_s=provider.retry_backoff_s,
         max_connections=provider.max_connections,
+        max_sse_line_bytes=provider.max_sse_line_bytes,
+        max_sse_event_bytes=provider.max_sse_event_bytes,
     )
 
 

@@ -46,6 +46,10 @@ class ProviderSettings(BaseModel):
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     max_connections: int = 200
+    # Bounds of the provider's event stream; a provider that breaks one fails the run
+    # with PROVIDER_ERROR: the longest line (1 MiB) and the largest data of one event (4 MiB).
+    max_sse_line_bytes: int = Field(1024 * 1024, gt=0)
+    max_sse_event_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Whether the provider's models accept image content parts (uploaded images are sent).
     image_input: bool = False
 

@@ -24,6 +24,8 @@ CONFIGURED = ProviderSettings(
     max_retries=5,
     retry_backoff_s=0.25,
     max_connections=3,
+    max_sse_line_bytes=1000,
+    max_sse_event_bytes=2000,
     image_input=True,
 )
 

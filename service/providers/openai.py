@@ -13,6 +13,10 @@ sees at once. At most `max_connections` calls are open at once (a semaphore,
 see `_take_slot`). Failures before the first body byte (connect errors,
 time-outs, 429/5xx) are retried with exponential back-off; nothing is retried
 after it, so no text is ever duplicated.
+
+The body is parsed with bounded lines and events (`max_sse_line_bytes`,
+`max_sse_event_bytes`): a provider that breaks a bound fails the call with a
+`ProviderError` naming it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ from service.providers.openai_wire import (
     request_body,
     retry_after,
 )
-from service.providers.sse import SSEParser
+from service.providers.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    SSELimitExceeded,
+    SSEParser,
+)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _MAX_ERROR_BODY = 64 * 1024
@@ -65,6 +74,8 @@ class ProviderOptions:
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     max_connections: int = 200
+    max_sse_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longest line of the event stream
+    max_sse_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # largest data of one event
 
 
 class OpenAIChatClient:
@@ -247,7 +258,8 @@ class OpenAIChatClient:
         self, body: aiohttp.StreamReader, chunk: bytes, log: CallLog | None
     ) -> AsyncGenerator[ModelDelta, None]:
         """The deltas of the body, read by the consuming task; `chunk` is its first bytes."""
-        parser = SSEParser()
+        options = self.options
+        parser = SSEParser(options.max_sse_line_bytes, options.max_sse_event_bytes)
         parse = self.parse_chunk
         finished = False
         error: ProviderError | None = None
@@ -264,6 +276,8 @@ class OpenAIChatClient:
                 if log is not None:
                     log.delta(delta)
                 yield delta
+            if parser.error is not None:  # after the events completed before the breach
+                raise self._limit_error(parser.error)
             if not chunk:  # end of body without [DONE]
                 if finished:
                     return
@@ -280,6 +294,10 @@ class OpenAIChatClient:
                         self.key, f"no data within the read time-out of {timeout}s"
                     ) from exc
                 error = self._transport_error(exc, "stream ended before completion")
+
+    def _limit_error(self, exc: SSELimitExceeded) -> ProviderError:
+        setting = f"max_sse_{exc.limit}_bytes"
+        return ProviderError(self.key, f"stream rejected: {exc} (the provider's {setting} setting)")
 
     def _transport_error(self, exc: Exception, what: str) -> ProviderError:
         detail = f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")
