@@ -51,6 +51,7 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         reasoning_style=provider.reasoning_style,
         extra_body=provider.extra_body,
         headers=provider.headers,
+        secret_headers=provider.secret_headers,
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         max_retries=provider.max_retries,

@@ -41,6 +41,9 @@ class ProviderSettings(BaseModel):
     reasoning_style: ReasoningStyle = "reasoning_effort"
     extra_body: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
+    # Names of `headers` whose values are secrets, masked by value in logs and errors
+    # (headers whose names contain auth, key, token, secret, password or cookie always are).
+    secret_headers: tuple[str, ...] = ()
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_retries: int = 2
