@@ -52,11 +52,14 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         reasoning_style=provider.reasoning_style,
         extra_body=provider.extra_body,
         headers=provider.headers,
+        secret_headers=provider.secret_headers,
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         max_retries=provider.max_retries,
         retry_backoff_s=provider.retry_backoff_s,
         max_connections=provider.max_connections,
+        max_sse_line_bytes=provider.max_sse_line_bytes,
+        max_sse_event_bytes=provider.max_sse_event_bytes,
     )
 
 

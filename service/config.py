@@ -41,11 +41,18 @@ class ProviderSettings(BaseModel):
     reasoning_style: ReasoningStyle = "reasoning_effort"
     extra_body: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
+    # Names of `headers` whose values are secrets, masked by value in logs and errors
+    # (headers whose names contain auth, key, token, secret, password or cookie always are).
+    secret_headers: tuple[str, ...] = ()
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     max_connections: int = 200
+    # Bounds of the provider's event stream; a provider that breaks one fails the run
+    # with PROVIDER_ERROR: the longest line (1 MiB) and the largest data of one event (4 MiB).
+    max_sse_line_bytes: int = Field(1024 * 1024, gt=0)
+    max_sse_event_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Whether the provider's models accept image content parts (uploaded images are sent).
     image_input: bool = False
 

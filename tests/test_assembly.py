@@ -24,6 +24,9 @@ CONFIGURED = ProviderSettings(
     max_retries=5,
     retry_backoff_s=0.25,
     max_connections=3,
+    secret_headers=("X-Org",),
+    max_sse_line_bytes=1000,
+    max_sse_event_bytes=2000,
     image_input=True,
 )
 

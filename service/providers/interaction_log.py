@@ -2,9 +2,10 @@
 
 Costs one `isEnabledFor` check per call when DEBUG is off: `InteractionLog.begin`
 then returns None and the caller skips every per-delta hook. With masking on,
-values of sensitive keys (headers, and keys at any depth of the JSON body,
-including JSON objects embedded in strings such as tool-call arguments) are
-replaced by "***".
+values of sensitive keys (headers whose names look secret, and keys at any depth
+of the JSON body, including JSON objects embedded in strings such as tool-call
+arguments) are replaced by "***", and so is every occurrence of a secret the
+provider's client knows (its `SecretMask`), in every line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from service.core.masking import MASK, is_sensitive, mask
+from service.core.masking import MASK, SecretMask, is_secret_header, is_sensitive, mask
 from service.core.model import ModelDelta, ModelRequest
 
 __all__ = ["MASK", "InteractionLog", "is_sensitive", "mask"]
@@ -28,12 +29,20 @@ logger = logging.getLogger("agw.llm")
 class InteractionLog:
     """Per-provider switchboard; `begin` returns a `CallLog` only when logging is on."""
 
-    __slots__ = ("enabled", "mask_sensitive", "provider")
+    __slots__ = ("enabled", "mask_sensitive", "provider", "secrets")
 
-    def __init__(self, provider: str, *, enabled: bool = True, mask_sensitive: bool = True):
+    def __init__(
+        self,
+        provider: str,
+        *,
+        enabled: bool = True,
+        mask_sensitive: bool = True,
+        secrets: SecretMask | None = None,
+    ):
         self.provider = provider
         self.enabled = enabled
         self.mask_sensitive = mask_sensitive
+        self.secrets = secrets if secrets is not None else SecretMask()
 
     def begin(
         self, request: ModelRequest, url: str, headers: Mapping[str, str], body: dict[str, Any]
@@ -41,11 +50,14 @@ class InteractionLog:
         """Log the request; None when the log is off or DEBUG is not enabled for agw.llm."""
         if not self.enabled or not logger.isEnabledFor(logging.DEBUG):
             return None
-        call = CallLog(self.provider, request)
+        scrub = self.secrets if self.mask_sensitive else None
+        call = CallLog(self.provider, request, scrub)
         hdrs: Any = dict(headers)
         shown: Any = body
         if self.mask_sensitive:
-            hdrs = {k: MASK if is_sensitive(k) else v for k, v in hdrs.items()}
+            hdrs = {
+                k: MASK if is_sensitive(k) or is_secret_header(k) else v for k, v in hdrs.items()
+            }
             shown = mask(body)
         call.log(
             "llm.request url=%s headers=%s body=%s",
@@ -59,9 +71,11 @@ class InteractionLog:
 class CallLog:
     """The log of one model call (only exists while DEBUG is enabled)."""
 
-    __slots__ = ("_extra", "_prefix", "_started", "_tool_names", "deltas")
+    __slots__ = ("_extra", "_prefix", "_scrub", "_started", "_tool_names", "deltas")
 
-    def __init__(self, provider: str, request: ModelRequest) -> None:
+    def __init__(
+        self, provider: str, request: ModelRequest, scrub: SecretMask | None = None
+    ) -> None:
         ctx = trace.get_current_span().get_span_context()
         trace_id = f"{ctx.trace_id:032x}" if ctx.is_valid else ""
         self._extra = {
@@ -74,12 +88,17 @@ class CallLog:
             f"provider={provider} model={request.model} run_id={request.run_id} "
             f"stage={request.stage}" + (f" trace_id={trace_id}" if trace_id else "")
         )
+        self._scrub = scrub or None  # None: nothing to mask by value
         self._started = time.monotonic()
         self._tool_names: dict[int, str] = {}
         self.deltas = 0
 
     def log(self, msg: str, *args: Any) -> None:
-        logger.debug("%s " + msg, self._prefix, *args, extra=self._extra)
+        if self._scrub is None:
+            logger.debug("%s " + msg, self._prefix, *args, extra=self._extra)
+        else:
+            text = self._scrub(msg % args)
+            logger.debug("%s %s", self._prefix, text, extra=self._extra)
 
     def retry(self, attempt: int, delay: float, error: BaseException) -> None:
         self.log("llm.retry attempt=%d delay=%.3fs error=%s", attempt, delay, error)

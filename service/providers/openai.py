@@ -13,6 +13,13 @@ sees at once. At most `max_connections` calls are open at once (a semaphore,
 see `_take_slot`). Failures before the first body byte (connect errors,
 time-outs, 429/5xx) are retried with exponential back-off; nothing is retried
 after it, so no text is ever duplicated.
+
+The body is parsed with bounded lines and events (`max_sse_line_bytes`,
+`max_sse_event_bytes`): a provider that breaks a bound fails the call with a
+`ProviderError` naming it. Every secret the client knows (the API key, the
+values of secret-looking or `secret_headers` headers, credentials in the base
+URL or `extra_body`, proxy credentials) is masked by value in every error
+message and interaction-log line it produces, before any truncation.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from pydantic import SecretStr
 from yarl import URL
 
 from service.core.errors import ProviderError, ProviderTimeout
-from service.core.masking import MASK
+from service.core.masking import SecretMask, is_secret_header, is_sensitive
 from service.core.model import ModelDelta, ModelRequest
 from service.providers.interaction_log import CallLog, InteractionLog
 from service.providers.openai_wire import (
@@ -41,7 +48,12 @@ from service.providers.openai_wire import (
     request_body,
     retry_after,
 )
-from service.providers.sse import SSEParser
+from service.providers.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    SSELimitExceeded,
+    SSEParser,
+)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _MAX_ERROR_BODY = 64 * 1024
@@ -58,13 +70,19 @@ class ProviderOptions:
     api_key: SecretStr = field(default_factory=lambda: SecretStr(""))
     default_model: str = ""
     reasoning_style: ReasoningStyle = "reasoning_effort"
-    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every body
-    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every request
+    # Merged into every body; sent with every request (may hold secrets: not in the repr).
+    extra_body: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Names of `headers` whose values are secrets, besides those whose names say so
+    # (containing auth, key, token, secret, password, credential or cookie).
+    secret_headers: tuple[str, ...] = ()
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     max_connections: int = 200
+    max_sse_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longest line of the event stream
+    max_sse_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # largest data of one event
 
 
 class OpenAIChatClient:
@@ -89,22 +107,25 @@ class OpenAIChatClient:
             headers["Authorization"] = f"Bearer {api_key}"
         headers.update(options.headers)
         self._headers = headers
+        self._proxy: URL | None = None
+        self._proxy_auth: aiohttp.BasicAuth | None = None
+        with contextlib.suppress(LookupError, ValueError):  # HTTP(S)_PROXY / NO_PROXY, once
+            self._proxy, self._proxy_auth = get_env_proxy_for_url(URL(self.url))
+        self._mask = SecretMask(_known_secrets(options, headers, self._proxy_auth))
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(options.max_connections)
-        self._log = InteractionLog(key, enabled=log_enabled, mask_sensitive=log_mask)
+        self._log = InteractionLog(
+            key, enabled=log_enabled, mask_sensitive=log_mask, secrets=self._mask
+        )
 
     def _start(self) -> aiohttp.ClientSession:
         """The connection pool, created on first use (aiohttp binds it to the running loop)."""
         s = self.options
-        proxy: URL | None = None
-        proxy_auth: aiohttp.BasicAuth | None = None
-        with contextlib.suppress(LookupError, ValueError):  # HTTP(S)_PROXY / NO_PROXY, once
-            proxy, proxy_auth = get_env_proxy_for_url(URL(self.url))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),  # `_slots` is the limit
             headers=self._headers,
-            proxy=proxy,
-            proxy_auth=proxy_auth,
+            proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
             timeout=aiohttp.ClientTimeout(
                 total=None,
                 connect=s.connect_timeout_s,
@@ -126,7 +147,7 @@ class OpenAIChatClient:
 
     def parse_chunk(self, data: str) -> ModelDelta | None:
         """One SSE data payload → one ModelDelta, or None when the chunk carries nothing."""
-        return parse_chunk(self.key, data)
+        return parse_chunk(self.key, data, self._mask)
 
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[ModelDelta]]:
@@ -155,11 +176,12 @@ class OpenAIChatClient:
             log.end()
 
     def _scrub(self, error: ProviderError) -> None:
-        """Mask this provider's API key in an error (some providers echo it back)."""
-        key = self.options.api_key.get_secret_value()
-        if key and key in error.message:
-            error.message = error.message.replace(key, MASK)
-            error.args = (error.message,)
+        """Mask this provider's secrets in an error, whatever raised it (they are masked
+        where the message is made; this also covers errors made elsewhere)."""
+        masked = self._mask(error.message)
+        if masked != error.message:
+            error.message = masked
+            error.args = (masked,)
 
     async def _take_slot(self) -> None:
         """One of the `max_connections` slots, waiting at most the read time-out for it.
@@ -223,7 +245,8 @@ class OpenAIChatClient:
         try:
             status = response.status
             if status >= 400:
-                msg = f"HTTP {status}: {error_message(await _read_bounded(response.content))}"
+                detail = error_message(await _read_bounded(response.content), self._mask)
+                msg = f"HTTP {status}: {detail}"
                 err = ProviderError(
                     self.key, msg, status=status, retryable=status in RETRYABLE_STATUS
                 )
@@ -247,7 +270,8 @@ class OpenAIChatClient:
         self, body: aiohttp.StreamReader, chunk: bytes, log: CallLog | None
     ) -> AsyncGenerator[ModelDelta, None]:
         """The deltas of the body, read by the consuming task; `chunk` is its first bytes."""
-        parser = SSEParser()
+        options = self.options
+        parser = SSEParser(options.max_sse_line_bytes, options.max_sse_event_bytes)
         parse = self.parse_chunk
         finished = False
         error: ProviderError | None = None
@@ -264,6 +288,8 @@ class OpenAIChatClient:
                 if log is not None:
                     log.delta(delta)
                 yield delta
+            if parser.error is not None:  # after the events completed before the breach
+                raise self._limit_error(parser.error)
             if not chunk:  # end of body without [DONE]
                 if finished:
                     return
@@ -281,11 +307,52 @@ class OpenAIChatClient:
                     ) from exc
                 error = self._transport_error(exc, "stream ended before completion")
 
+    def _limit_error(self, exc: SSELimitExceeded) -> ProviderError:
+        setting = f"max_sse_{exc.limit}_bytes"
+        return ProviderError(self.key, f"stream rejected: {exc} (the provider's {setting} setting)")
+
     def _transport_error(self, exc: Exception, what: str) -> ProviderError:
-        detail = f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")
+        detail = self._mask(f"{what}: {type(exc).__name__}: {exc}".rstrip(": "))
         if isinstance(exc, TimeoutError):
             return ProviderTimeout(self.key, detail)
         return ProviderError(self.key, detail)
+
+
+def _known_secrets(
+    options: ProviderOptions, headers: Mapping[str, str], proxy_auth: aiohttp.BasicAuth | None
+) -> list[str]:
+    """Every secret value the client of `options` sends or holds, to be masked by value."""
+    secrets = [options.api_key.get_secret_value()]
+    explicit = {name.lower() for name in options.secret_headers}
+    for name, value in headers.items():
+        if is_secret_header(name) or name.lower() in explicit:
+            secrets.append(value)
+            scheme, _, credentials = value.partition(" ")  # "Bearer <token>"
+            if credentials and scheme.isalpha():
+                secrets.append(credentials.strip())
+    url = URL(options.base_url)
+    if url.password:
+        secrets.append(url.password)
+    secrets += [v for k, v in url.query.items() if is_sensitive(k) or is_secret_header(k)]
+    if proxy_auth is not None and proxy_auth.password:
+        secrets.append(proxy_auth.password)
+    secrets += _sensitive_values(options.extra_body)
+    return secrets
+
+
+def _sensitive_values(value: Any) -> list[str]:
+    """The string values under sensitive keys (api_key, token, ...) of a JSON value, any depth."""
+    if isinstance(value, Mapping):
+        out: list[str] = []
+        for k, v in value.items():
+            if is_sensitive(str(k)) and isinstance(v, str):
+                out.append(v)
+            else:
+                out += _sensitive_values(v)
+        return out
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _sensitive_values(v)]
+    return []
 
 
 async def _read_bounded(body: aiohttp.StreamReader) -> bytes:

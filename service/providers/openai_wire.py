@@ -2,15 +2,22 @@
 
 Pure functions, no I/O; `service/providers/openai.py` does the HTTP. Stream chunks
 are decoded with orjson (about 3× faster than `json` on a typical chunk); a chunk
-orjson rejects is retried with `json`, so nothing `json` accepts is refused.
+orjson rejects is retried with `json`, so nothing `json` accepts is refused
+(unpaired surrogate escapes, which orjson rejects, become U+FFFD).
+
+Every field read from a chunk is type-checked: a chunk of the wrong shape is a
+`ProviderError` naming the field, never a crash. Only the choice with index 0
+is relayed: a provider asked for several choices (`"n": 2` in `extra_body`)
+streams them interleaved, and the others are ignored.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -26,6 +33,13 @@ __all__ = [
     "request_body",
     "retry_after",
 ]
+
+_MAX_MESSAGE = 500  # characters of a provider's error message quoted in ours
+_MAX_QUOTED = 200  # characters of a bad stream payload quoted in an error message
+_MAX_INDEX = 2**31 - 1
+_INDEX_RANGE = f"an integer from 0 to {_MAX_INDEX}"
+_MAX_COUNT = 2**53  # token counts are summed over a run's calls in an int64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ReasoningStyle = Literal[
     "reasoning_effort", "enable_thinking", "chat_template_kwargs", "think", "none"
@@ -79,53 +93,47 @@ def encode_body(body: dict[str, Any]) -> bytes:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def parse_chunk(provider: str, data: str) -> ModelDelta | None:
-    """One SSE data payload → one ModelDelta, or None when the chunk carries nothing."""
+def parse_chunk(provider: str, data: str, scrub: Callable[[str], str] = str) -> ModelDelta | None:
+    """One SSE data payload → one ModelDelta, or None when the chunk carries nothing.
+
+    Raises `ProviderError` (and nothing else) for a payload that is not JSON, an
+    error object, or a chunk of the wrong shape. `scrub` masks secrets in any
+    provider text quoted in an error message, before it is cut.
+    """
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         try:
-            obj = json.loads(data)
-        except ValueError:
-            raise ProviderError(provider, f"invalid JSON in stream: {data[:200]!r}") from None
+            obj = _without_surrogates(json.loads(data))
+        except (ValueError, RecursionError):
+            shown = _clip(data, scrub, _MAX_QUOTED)
+            raise ProviderError(provider, f"invalid JSON in stream: {shown!r}") from None
     if not isinstance(obj, dict):
-        raise ProviderError(provider, f"unexpected stream payload: {data[:200]!r}")
+        shown = _clip(data, scrub, _MAX_QUOTED)
+        raise ProviderError(provider, f"unexpected stream payload: {shown!r}")
     if obj.get("error"):
         err = obj["error"]
-        msg = _message_of(obj) or str(err)[:500]
+        msg = _message_of(obj) or _text_of(err)
         code = err.get("code") if isinstance(err, dict) else None
-        status = code if isinstance(code, int) else None
-        raise ProviderStreamError(provider, f"stream error: {msg}", status=status)
-    usage = _usage(obj.get("usage"))
-    choices = obj.get("choices")
-    if not choices:
-        return None if usage is None else ModelDelta(usage=usage)
-    choice = choices[0]
-    delta = choice.get("delta") or {}
-    content = delta.get("content") or None
-    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or None
-    if reasoning is not None and not isinstance(reasoning, str):
-        reasoning = None
-    finish = choice.get("finish_reason") or None
-    tool_calls: tuple[ToolCallDelta, ...] = ()
-    raw_calls = delta.get("tool_calls")
-    if raw_calls:
-        tool_calls = tuple(_tool_calls(raw_calls))
-    if content is None and reasoning is None and not tool_calls and finish is None:
-        return None if usage is None else ModelDelta(usage=usage)
-    return ModelDelta(reasoning, content, tool_calls, finish, usage)
+        status = code if isinstance(code, int) and 100 <= code <= 599 else None
+        raise ProviderStreamError(provider, f"stream error: {_clip(msg, scrub)}", status=status)
+    try:
+        return _delta(obj)
+    except _Malformed as exc:
+        raise ProviderError(provider, f"malformed stream chunk: {exc}") from None
 
 
-def error_message(raw: bytes) -> str:
-    """The provider's message from an error body: `error.message`, else the text, truncated."""
+def error_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
+    """The provider's message from an error body: `error.message`, else the text.
+
+    Secrets are masked by `scrub` before the message is cut to 500 characters.
+    """
     text = raw.decode("utf-8", "replace").strip()
     try:
         msg = _message_of(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         msg = ""
-    if msg:
-        return msg
-    return (text[:500] + "…") if len(text) > 500 else (text or "(empty body)")
+    return _clip(msg or text, scrub) or "(empty body)"
 
 
 def retry_after(value: str | None) -> float | None:
@@ -143,36 +151,182 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _tool_calls(raw: list[dict[str, Any]]) -> list[ToolCallDelta]:
+class _Malformed(Exception):
+    """A chunk field has the wrong type; the message names the field and what it is."""
+
+    def __init__(self, where: str, value: Any, expected: str) -> None:
+        super().__init__(f"{where} is {_kind(value)}, expected {expected}")
+
+
+def _delta(obj: dict[str, Any]) -> ModelDelta | None:
+    """The ModelDelta of a decoded chunk: choice 0's delta and the usage, checked field by field.
+
+    On the per-chunk hot path: checks are inline and a field's location is only
+    spelled out when it is wrong.
+    """
+    raw_usage = obj.get("usage")
+    usage = None if raw_usage is None else _usage(raw_usage)
+    found = _choice_zero(obj.get("choices"))
+    if found is None:
+        return None if usage is None else ModelDelta(usage=usage)
+    pos, choice = found
+    delta = choice.get("delta")
+    if delta is None:
+        delta = {}
+    elif type(delta) is not dict:
+        raise _Malformed(f"choices[{pos}].delta", delta, "an object")
+    content = delta.get("content") or None
+    if content is not None and type(content) is not str:
+        raise _Malformed(f"choices[{pos}].delta.content", content, "a string")
+    # Alternative reasoning fields are read only when they are strings (some
+    # providers use the same names for structured data).
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or None
+    if reasoning is not None and type(reasoning) is not str:
+        reasoning = None
+    finish = choice.get("finish_reason") or None
+    if finish is not None and type(finish) is not str:
+        raise _Malformed(f"choices[{pos}].finish_reason", finish, "a string")
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    raw_calls = delta.get("tool_calls")
+    if raw_calls is not None:
+        tool_calls = tuple(_tool_calls(raw_calls, f"choices[{pos}].delta.tool_calls"))
+    if content is None and reasoning is None and not tool_calls and finish is None:
+        return None if usage is None else ModelDelta(usage=usage)
+    return ModelDelta(reasoning, content, tool_calls, finish, usage)
+
+
+def _choice_zero(raw: Any) -> tuple[int, dict[str, Any]] | None:
+    """(position, choice) of the choice with index 0; the other choices (n > 1) are ignored."""
+    if raw is None:
+        return None
+    if type(raw) is not list:
+        raise _Malformed("choices", raw, "a list")
+    found: tuple[int, dict[str, Any]] | None = None
+    for pos, choice in enumerate(raw):
+        if type(choice) is not dict:
+            raise _Malformed(f"choices[{pos}]", choice, "an object")
+        index = choice.get("index")
+        if index is None:
+            index = pos
+        elif type(index) is not int or not 0 <= index <= _MAX_INDEX:
+            raise _Malformed(f"choices[{pos}].index", index, _INDEX_RANGE)
+        if index == 0 and found is None:
+            found = (pos, choice)
+    return found
+
+
+def _tool_calls(raw: Any, where: str) -> list[ToolCallDelta]:
+    if type(raw) is not list:
+        raise _Malformed(where, raw, "a list")
     out: list[ToolCallDelta] = []
     for pos, call in enumerate(raw):
-        fn = call.get("function") or {}
+        if type(call) is not dict:
+            raise _Malformed(f"{where}[{pos}]", call, "an object")
+        fn = call.get("function")
+        if fn is None:
+            fn = {}
+        elif type(fn) is not dict:
+            raise _Malformed(f"{where}[{pos}].function", fn, "an object")
         index = call.get("index")
-        tc = ToolCallDelta(
-            index=index if isinstance(index, int) else pos,
-            id=call.get("id") or None,
-            name=fn.get("name") or None,
-            arguments=fn.get("arguments") or "",
-        )
-        if tc.id or tc.name or tc.arguments:
-            out.append(tc)
+        if index is None:
+            index = pos
+        elif type(index) is not int or not 0 <= index <= _MAX_INDEX:
+            raise _Malformed(f"{where}[{pos}].index", index, _INDEX_RANGE)
+        call_id, name, arguments = call.get("id"), fn.get("name"), fn.get("arguments")
+        for key, value in (
+            ("id", call_id),
+            ("function.name", name),
+            ("function.arguments", arguments),
+        ):
+            if value is not None and type(value) is not str:
+                raise _Malformed(f"{where}[{pos}].{key}", value, "a string")
+        if call_id or name or arguments:
+            out.append(ToolCallDelta(index, call_id or None, name or None, arguments or ""))
     return out
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
+    if raw is None:
         return None
-    details = raw.get("completion_tokens_details") or {}
-    prompt_details = raw.get("prompt_tokens_details") or {}
-    prompt = raw.get("prompt_tokens") or 0
-    completion = raw.get("completion_tokens") or 0
+    if not isinstance(raw, dict):
+        raise _Malformed("usage", raw, "an object")
+    details = _object(raw, "completion_tokens_details", "usage")
+    prompt_details = _object(raw, "prompt_tokens_details", "usage")
+    prompt = _count(raw, "prompt_tokens", "usage")
+    completion = _count(raw, "completion_tokens", "usage")
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        total_tokens=raw.get("total_tokens") or prompt + completion,
-        reasoning_tokens=details.get("reasoning_tokens") or 0,
-        cached_tokens=prompt_details.get("cached_tokens") or 0,
+        total_tokens=_count(raw, "total_tokens", "usage") or prompt + completion,
+        reasoning_tokens=_count(details, "reasoning_tokens", "usage.completion_tokens_details"),
+        cached_tokens=_count(prompt_details, "cached_tokens", "usage.prompt_tokens_details"),
     )
+
+
+def _count(obj: dict[str, Any], key: str, where: str) -> int:
+    """A token count (a non-negative integer); absent or null is 0."""
+    value = obj.get(key)
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_COUNT:
+        raise _Malformed(f"{where}.{key}", value, f"an integer from 0 to {_MAX_COUNT}")
+    return value
+
+
+def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """An object field; absent or null is {}."""
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Malformed(f"{where}.{key}", value, "an object")
+    return value
+
+
+def _kind(value: Any) -> str:
+    """How a wrong value is named in an error: its JSON type, and the value when short."""
+    name = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
+    if isinstance(value, bool | int | float):
+        shown = repr(value)
+        return f"{name} ({shown[:40]})"
+    return name
+
+
+def _without_surrogates(value: Any) -> Any:
+    """`value` with unpaired UTF-16 surrogates (from JSON escapes such as "\\ud800") as U+FFFD.
+
+    Python's `json` accepts them, but they cannot be encoded as UTF-8: left in,
+    they would fail the run's events and its record.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _clip(text: str, scrub: Callable[[str], str], limit: int = _MAX_MESSAGE) -> str:
+    """A provider's text for an error message: secrets masked by `scrub` before it is cut
+    to `limit` characters (and again after, for a secret the provider had cut), no surrogates."""
+    text = scrub(_SURROGATE.sub("\ufffd", text))
+    return scrub(text[:limit]) + "…" if len(text) > limit else text
+
+
+def _text_of(value: Any) -> str:
+    """`str(value)`, or a placeholder when it is too deeply nested to print."""
+    try:
+        return str(value)
+    except RecursionError:
+        return f"({_kind(value)} nested too deeply to show)"
 
 
 def _message_of(obj: Any) -> str:
@@ -181,11 +335,11 @@ def _message_of(obj: Any) -> str:
         return ""
     err = obj.get("error", obj)
     if isinstance(err, str):
-        return err[:500]
+        return err
     if isinstance(err, dict):
         for k in ("message", "msg", "detail"):
             if isinstance(err.get(k), str) and err[k]:
-                return str(err[k])[:500]
+                return str(err[k])
     return ""
 
 

@@ -8,6 +8,12 @@ sits on the per-delta hot path.
 Deviation from the standard, on purpose: at end of stream, `flush()` treats an
 unterminated last line as complete and dispatches a pending event instead of
 discarding it (some servers omit the final blank line).
+
+Memory is bounded: a line longer than `max_line_bytes` (default 1 MiB) or an
+event whose data grows beyond `max_event_bytes` (default 4 MiB) sets the
+parser's `error` (an `SSELimitExceeded`) as soon as the bytes that break the
+limit arrive, so an unterminated line from a faulty or hostile server never
+accumulates.
 """
 
 from __future__ import annotations
@@ -16,7 +22,31 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 _BOM = b"\xef\xbb\xbf"
 
-__all__ = ["SSEParser", "iter_sse"]
+DEFAULT_MAX_LINE_BYTES = 1024 * 1024
+"""Longest line accepted (without its line ending)."""
+DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
+"""Largest event accepted: its data lines, joined by LF."""
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "SSELimitExceeded",
+    "SSEParser",
+    "iter_sse",
+]
+
+
+class SSELimitExceeded(ValueError):
+    """The stream broke one of the parser's size limits.
+
+    `limit` is "line" or "event"; `max_bytes` is the limit that was exceeded.
+    """
+
+    def __init__(self, limit: str, max_bytes: int) -> None:
+        what = "a line" if limit == "line" else "the data of an event"
+        super().__init__(f"{what} exceeded {max_bytes} bytes")
+        self.limit = limit
+        self.max_bytes = max_bytes
 
 
 class SSEParser:
@@ -25,29 +55,49 @@ class SSEParser:
     `event:` types are parsed and dropped (every event's data is returned);
     `id:` sets `last_event_id` (ignored when it contains NUL); `retry:` sets
     `retry_ms` when it is all digits; lines starting with `:` are comments.
+
+    When the stream breaks a size limit, `feed` returns the events completed
+    before the breach and sets `error` (the pending bytes are dropped); callers
+    check `error` after each `feed`. A later `feed` or `flush` raises it.
     """
 
     __slots__ = (
         "_data",
+        "_data_size",
         "_parts",
+        "_parts_size",
         "_skip_lf",
         "_started",
+        "error",
         "event_type",
         "last_event_id",
+        "max_event_bytes",
+        "max_line_bytes",
         "retry_ms",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.max_event_bytes = max_event_bytes
         self._parts: list[bytes] = []  # the unterminated tail of the stream
+        self._parts_size = 0  # its length in bytes
         self._data: list[bytes] = []  # data lines of the event being built
+        self._data_size = 0  # their joined length in bytes
         self._skip_lf = False  # the last chunk ended with CR: drop a leading LF
         self._started = False  # the BOM check was done
+        self.error: SSELimitExceeded | None = None
         self.event_type = ""
         self.last_event_id = ""
         self.retry_ms: int | None = None
 
     def feed(self, chunk: bytes) -> list[str]:
         """Add bytes; return the data of every event completed by them."""
+        if self.error is not None:
+            raise self.error
         if not chunk:
             return []
         if self._skip_lf:
@@ -60,28 +110,48 @@ class SSEParser:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         if b"\n" not in chunk:
             if chunk:
-                self._parts.append(chunk)
+                self._parts_size += len(chunk)
+                if self._parts_size > self.max_line_bytes:
+                    self._fail("line", self.max_line_bytes)
+                else:
+                    self._parts.append(chunk)
             return []
         if self._parts:
             self._parts.append(chunk)
             chunk = b"".join(self._parts)
             self._parts = []
+            self._parts_size = 0
         if not self._started:
             self._started = True
             if chunk.startswith(_BOM):
                 chunk = chunk[3:]
         lines = chunk.split(b"\n")
         tail = lines.pop()
+        limit = self.max_line_bytes
+        if len(chunk) > limit:  # (only then can a line be too long)
+            for i, line in enumerate(lines):
+                if len(line) > limit:
+                    out = self._lines(lines[:i])
+                    self._fail("line", limit)
+                    return out
+            if len(tail) > limit:
+                out = self._lines(lines)
+                self._fail("line", limit)
+                return out
         if tail:
             self._parts.append(tail)
+            self._parts_size = len(tail)
         return self._lines(lines)
 
     def flush(self) -> list[str]:
         """End of stream: take the unterminated last line and dispatch what is pending."""
+        if self.error is not None:
+            raise self.error
         lines: list[bytes] = []
         if self._parts:
             tail = b"".join(self._parts)
             self._parts = []
+            self._parts_size = 0
             if not self._started and tail.startswith(_BOM):
                 tail = tail[3:]
             lines.append(tail)
@@ -89,7 +159,17 @@ class SSEParser:
         self._skip_lf = False
         return self._lines(lines)
 
+    def _fail(self, limit: str, max_bytes: int) -> None:
+        """Record the first breach and drop what is pending."""
+        if self.error is None:
+            self.error = SSELimitExceeded(limit, max_bytes)
+        self._parts = []
+        self._parts_size = 0
+        self._data = []
+        self._data_size = 0
+
     def _lines(self, lines: list[bytes]) -> list[str]:
+        """The events completed by `lines`; stops at the first line that breaks the event limit."""
         out: list[str] = []
         data = self._data
         for line in lines:
@@ -100,34 +180,50 @@ class SSEParser:
                     else:
                         out.append(b"\n".join(data).decode("utf-8", "replace"))
                     data = self._data = []
+                    self._data_size = 0
                 self.event_type = ""
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
-                data.append(value[1:] if value[:1] == b" " else value)
+                if value[:1] == b" ":
+                    value = value[1:]
+            elif line[0] == 58:  # ":" comment / keep-alive
                 continue
-            if line[0] == 58:  # ":" comment / keep-alive
-                continue
-            name, _, value = line.partition(b":")
-            if value[:1] == b" ":
-                value = value[1:]
-            if name == b"data":  # "data" without a colon
-                data.append(value)
-            elif name == b"event":
-                self.event_type = value.decode("utf-8", "replace")
-            elif name == b"id":
-                if b"\0" not in value:
-                    self.last_event_id = value.decode("utf-8", "replace")
-            elif name == b"retry" and value.isdigit():
-                self.retry_ms = int(value)
+            else:
+                name, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
+                if name == b"event":
+                    self.event_type = value.decode("utf-8", "replace")
+                elif name == b"id":
+                    if b"\0" not in value:
+                        self.last_event_id = value.decode("utf-8", "replace")
+                elif name == b"retry" and value.isdigit():
+                    self.retry_ms = int(value)
+                if name != b"data":  # (a line "data" without a colon is an empty value)
+                    continue
+            self._data_size += len(value) + 1 if data else len(value)
+            if self._data_size > self.max_event_bytes:
+                self._fail("event", self.max_event_bytes)
+                return out
+            data.append(value)
         return out
 
 
-async def iter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
-    """Convenience wrapper: the data of each event from an async stream of bytes."""
-    parser = SSEParser()
+async def iter_sse(
+    chunks: AsyncIterable[bytes],
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> AsyncIterator[str]:
+    """Convenience wrapper: the data of each event from an async stream of bytes.
+
+    Raises `SSELimitExceeded` after the events completed before a breach.
+    """
+    parser = SSEParser(max_line_bytes, max_event_bytes)
     async for chunk in chunks:
         for data in parser.feed(chunk):
             yield data
+        if parser.error is not None:
+            raise parser.error
     for data in parser.flush():
         yield data

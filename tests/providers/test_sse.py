@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from service.providers.sse import SSEParser, iter_sse
+from service.providers.sse import SSELimitExceeded, SSEParser, iter_sse
 
 SAMPLE = (
     b": keep-alive\n\n"
@@ -123,3 +123,82 @@ async def test_iter_sse() -> None:
             yield SAMPLE[i : i + 5]
 
     assert [d async for d in iter_sse(chunks())] == EXPECTED
+
+
+# -- size limits ------------------------------------------------------------------------
+
+
+def test_a_line_of_exactly_the_limit_is_accepted_in_any_split() -> None:
+    line = b"data: " + b"x" * 94  # 100 bytes
+    for cut in range(1, len(line)):
+        parser = SSEParser(max_line_bytes=100, max_event_bytes=100)
+        assert parser.feed(line[:cut]) == []
+        assert parser.feed(line[cut:] + b"\n\n") == ["x" * 94]
+        assert parser.error is None
+
+
+@pytest.mark.parametrize("cut", [0, 1, 50, 100, 101])
+def test_a_line_over_the_limit_is_an_error_in_any_split(cut: int) -> None:
+    line = b"data: " + b"x" * 95  # 101 bytes
+    parser = SSEParser(max_line_bytes=100)
+    assert parser.feed(line[:cut]) == []
+    if parser.error is None:
+        assert parser.feed(line[cut:] + b"\n\n") == []
+    assert parser.error is not None
+    assert (parser.error.limit, parser.error.max_bytes) == ("line", 100)
+    assert str(parser.error) == "a line exceeded 100 bytes"
+    with pytest.raises(SSELimitExceeded):
+        parser.feed(b"data: more\n\n")
+    with pytest.raises(SSELimitExceeded):
+        parser.flush()
+
+
+def test_an_unterminated_line_fails_as_soon_as_it_passes_the_limit() -> None:
+    parser = SSEParser(max_line_bytes=1000)
+    for _ in range(10):
+        assert parser.feed(b"y" * 100) == []  # 1000 bytes held, no more
+    assert parser.error is None
+    assert parser.feed(b"y") == []
+    assert parser.error is not None and parser.error.limit == "line"
+
+
+def test_events_before_a_breach_are_returned() -> None:
+    parser = SSEParser(max_line_bytes=10)
+    assert parser.feed(b"data: a\n\n" + b"z" * 11) == ["a"]  # a long unterminated tail
+    assert parser.error is not None
+    parser = SSEParser(max_line_bytes=10)
+    assert parser.feed(b"data: b\n\n" + b"z" * 11 + b"\ndata: c\n\n") == ["b"]  # a long line
+    assert parser.error is not None
+
+
+def test_event_data_limit_counts_the_joined_lines() -> None:
+    # Three data lines of 4 bytes joined by LF: 14 bytes.
+    stream = b"data: abcd\ndata: efgh\ndata: ijkl\n\n"
+    parser = SSEParser(max_event_bytes=14)
+    assert parser.feed(stream) == ["abcd\nefgh\nijkl"]
+    assert parser.error is None
+    parser = SSEParser(max_event_bytes=13)
+    assert parser.feed(b"data: x\n\n" + stream) == ["x"]
+    assert parser.error is not None
+    assert (parser.error.limit, str(parser.error)) == (
+        "event",
+        "the data of an event exceeded 13 bytes",
+    )
+
+
+def test_the_event_size_starts_again_after_each_event() -> None:
+    parser = SSEParser(max_event_bytes=9)
+    stream = b"data: abcd\ndata: efgh\n\n" * 5 + b"data\n\n"
+    assert parser.feed(stream) + parser.flush() == ["abcd\nefgh"] * 5 + [""]
+    assert parser.error is None
+
+
+async def test_iter_sse_raises_after_the_events_before_a_breach() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"data: a\n\ndata: " + b"x" * 20
+
+    got: list[str] = []
+    with pytest.raises(SSELimitExceeded):
+        async for data in iter_sse(chunks(), max_line_bytes=16):
+            got.append(data)
+    assert got == ["a"]
