@@ -207,6 +207,7 @@ class App:
     async def stop(self) -> None:
         """Drain runs within the grace period, then close everything."""
         await self.grpc.stop(self.settings.shutdown_grace_s)
+        await self.frontdoor.close()
         if self.http is not None:  # after the drain, so SSE streams got their terminal events
             await self.http.stop()
         self._stop_watch.set()

@@ -203,6 +203,7 @@ class InProcess:
             yield InProcess(frontdoor, tools)
         finally:
             await frontdoor.drain(0)
+            await frontdoor.close()
             await providers.aclose()
 
     async def query(

@@ -55,7 +55,7 @@ from service.core.memory import conversation, estimate_tokens, fit
 from service.core.middleware import hooks
 from service.core.modes import MODES
 from service.core.observe import Pricing
-from service.core.ports import ChatStore, ChatSummary, RunBus, RunLog
+from service.core.ports import ChatStore, ChatSummary, RunBus, RunLog, RunRef
 from service.core.recorder import ChatRecorder, user_message
 from service.core.runner import Mode, ModelRouter, RunContext, execute, resolve_model
 from service.core.runstate import Accounting, RunState
@@ -67,6 +67,18 @@ log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A run ready to be registered, and what its start needs."""
+
+    run: RunState
+    query_event: events.Event
+    query_record: dict[str, Any]
+    new_chat: bool
+    history: list[dict[str, Any]]
+    parts: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +173,32 @@ class FrontDoor:
     async def _start(
         self, command: QueryCommand, agent: AgentDefinition, mode: Mode, chat_id: str
     ) -> RunState:
-        await self._wait_for_chat(chat_id, command.strategy)
+        while True:
+            await self._wait_for_chat(chat_id, command.strategy)
+            prepared = await self._prepare(command, agent, chat_id)
+            run = prepared.run
+            clash = await self.bus.register(run)
+            if clash is None:
+                break
+            # another process started a run on the chat in the meantime
+            await self._meet(clash, chat_id, command.strategy)
+        try:
+            return self._launch(prepared, command, agent, mode)
+        except BaseException:
+            await self.bus.ended(run)
+            await self.bus.settled(run)
+            await self.bus.release(run.run_id)
+            raise
+
+    async def _prepare(
+        self, command: QueryCommand, agent: AgentDefinition, chat_id: str
+    ) -> _Prepared:
+        """Everything a run needs before it is registered (what may fail, fails here)."""
         self._check_accepting()
         previous = self._recorders.get(chat_id)
         if previous is not None:  # the chat's last run must be fully written before we read it
             await previous.closed()
+        await self.bus.wait_settled(chat_id)  # also when it ran in another process
         new_chat = await self.chats.summary(chat_id) is None
         history = (
             []
@@ -179,7 +212,6 @@ class FrontDoor:
         query_record["chatId"] = chat_id
         owner = command.principal
 
-        # Nothing may fail from here until the run's task owns the run.
         options = self.options
         run = RunState(
             EventLog(secrets.token_hex(8), chat_id, options.middlewares),
@@ -190,29 +222,37 @@ class FrontDoor:
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
             owner=owner,
         )
+        return _Prepared(run, query_event, query_record, new_chat, history, parts)
+
+    def _launch(
+        self, start: _Prepared, command: QueryCommand, agent: AgentDefinition, mode: Mode
+    ) -> RunState:
+        """Start the registered run: its first events, its recorder, its task."""
+        run = start.run
+        options = self.options
         for on_run_start in hooks(options.middlewares, "on_run_start"):
             on_run_start(run)
-        self.bus.register(run)
         self._active.add(run)
         recorder = ChatRecorder(
             self.chats,
             run,
-            query_record,
-            user_message(command.message, parts),
+            start.query_record,
+            user_message(command.message, start.parts),
             agent.stage_names[0],
-            owner=owner,
+            owner=run.owner,
         )
-        self._recorders[chat_id] = recorder
+        self._recorders[run.chat_id] = recorder
         out = run.log.scope()
-        out.emit(query_event)
-        if new_chat:
+        out.emit(start.query_event)
+        if start.new_chat:
             out.emit(events.chat_start(chat_name_of(command.message)))
         out.emit(events.run_start(agent.key))
+        history = start.history
         if options.context_max_tokens:
             history = self._fit_context(run.log, history)
         model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
-        if parts:
-            model_user["content"] = [{"type": "text", "text": command.message}, *parts]
+        if start.parts:
+            model_user["content"] = [{"type": "text", "text": command.message}, *start.parts]
         context = RunContext(
             run,
             out,
@@ -233,7 +273,7 @@ class FrontDoor:
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""
         summary = await self.chats.summary(chat_id)
-        active = self.bus.active_of(chat_id)
+        active = await self.bus.active_of(chat_id)
         owner = summary.owner if summary is not None else active.owner if active else principal
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
@@ -265,19 +305,22 @@ class FrontDoor:
             )
 
     async def _wait_for_chat(self, chat_id: str, strategy: Strategy | None) -> None:
+        while (active := await self.bus.active_of(chat_id)) is not None:
+            await self._meet(active, chat_id, strategy)
+
+    async def _meet(self, active: RunRef, chat_id: str, strategy: Strategy | None) -> None:
+        """Deal with the chat's active run by the strategy: refuse, interrupt it, or wait."""
         strategy = strategy or self.options.multitask_strategy
-        while (active := self.bus.active_of(chat_id)) is not None:
-            if strategy == "reject":
-                raise ChatBusy(
-                    f"chat {chat_id!r} has an active run {active.run_id!r}; wait for it to end, "
-                    "cancel it, or query with multitaskStrategy ENQUEUE or INTERRUPT",
-                    chat_id=chat_id,
-                    run_id=active.run_id,
-                )
-            if strategy == "interrupt":
-                active.cancel("interrupt")
-            await active.wait()
-            await asyncio.sleep(0)  # let the ended run release the chat
+        if strategy == "reject":
+            raise ChatBusy(
+                f"chat {chat_id!r} has an active run {active.run_id!r}; wait for it to end, "
+                "cancel it, or query with multitaskStrategy ENQUEUE or INTERRUPT",
+                chat_id=chat_id,
+                run_id=active.run_id,
+            )
+        if strategy == "interrupt":
+            await self.bus.cancel(active.run_id, "interrupt")
+        await self.bus.wait_ended(active.run_id)
 
     async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
         image_input = bool(self.options.image_input and self.options.image_input(provider))
@@ -309,8 +352,8 @@ class FrontDoor:
 
     async def is_live(self, run_id: str, principal: Principal = ANONYMOUS) -> bool:
         """Whether `principal`'s run `run_id` is running now (its stream will go on)."""
-        run = self.bus.local(run_id)
-        return run is not None and run.owner == principal and not run.done
+        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
+        return found is not None and found.owner == principal and found.running
 
     async def attach(
         self, run_id: str, after_seq: int, principal: Principal = ANONYMOUS
@@ -320,10 +363,10 @@ class FrontDoor:
             raise InvalidRequest("afterSeq must be >= 0")
         if not run_id:
             raise InvalidRequest("runId is required")
-        live = self.bus.local(run_id)
-        if live is not None and live.owner != principal:
+        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
+        if found is not None and found.owner != principal:
             raise RunNotFound(f"no run {shorten(run_id)!r} (unknown or expired)")
-        followed = await self.bus.follow(run_id, after_seq) if live is not None else None
+        followed = await self.bus.follow(run_id, after_seq) if found is not None else None
         if followed is not None:
             return followed
         kept = await self.run_log.load(run_id) if valid_run_id(run_id) else None
@@ -349,9 +392,9 @@ class FrontDoor:
         """Stop `principal`'s running run; False when it had already ended."""
         if not run_id:
             raise InvalidRequest("runId is required")
-        live = self.bus.local(run_id)
+        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
         cancelled = None
-        if live is None or live.owner == principal:
+        if found is not None and found.owner == principal:
             cancelled = await self.bus.cancel(run_id, reason)
         if cancelled is None:
             shown = shorten(run_id)
@@ -425,9 +468,10 @@ class FrontDoor:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Prepare the stores before the first request."""
+        """Prepare the stores and the bus before the first request."""
         await self.chats.open()
         await self.run_log.open()
+        await self.bus.open()
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
@@ -446,6 +490,10 @@ class FrontDoor:
             await asyncio.wait(remaining, timeout=5.0)
         await self.flush()
 
+    async def close(self) -> None:
+        """Disconnect from the bus, after the drain."""
+        await self.bus.close()
+
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""
         while self._finishing:
@@ -458,19 +506,27 @@ class FrontDoor:
                 on_run_end(run, run.terminal)
             except Exception:
                 log.exception("middleware on_run_end failed for run %s", run.run_id)
-        self.bus.ended(run)
         task = asyncio.create_task(self._keep(run, recorder), name=f"keep-{run.run_id}")
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
     async def _keep(self, run: RunState, recorder: ChatRecorder) -> None:
+        """After the run's end: free its chat, write its records, keep its log, forget it."""
+        try:
+            await self.bus.ended(run)
+        except Exception:
+            log.exception("could not mark run %s ended", run.run_id)
         try:
             await recorder.closed()
             if self._recorders.get(run.chat_id) is recorder:
                 del self._recorders[run.chat_id]
+            await self.bus.settled(run)
             await self.run_log.save(run.run_id, run.log)
         except Exception:
             log.exception("could not keep the log of run %s", run.run_id)
-        asyncio.get_running_loop().call_later(
-            self.options.retention_s, self.bus.release, run.run_id
-        )
+        asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)
+
+    def _release(self, run_id: str) -> None:
+        task = asyncio.create_task(self.bus.release(run_id), name=f"release-{run_id}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)

@@ -85,13 +85,27 @@ class RunLog(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """A live (or recently ended) run as any replica sees it."""
+
+    run_id: str
+    chat_id: str
+    owner: Principal = ANONYMOUS
+    running: bool = True  # False once its terminal event is out
+
+
 class RunBus(Protocol):
     """The live runs of the service, and the messages addressed to them.
 
-    The run's owner registers it when it starts, marks it ended when its
-    terminal event is out, and releases it once it is no longer kept for
-    re-attaching. Anyone may follow a run's events, cancel it, or answer the
-    tools it waits on; the owner's tools wait through `wait`.
+    The run's owner (the process executing it) registers it when it starts,
+    which makes it the active run of its chat; marks it `ended` when its
+    terminal event is out (the chat is free again) and `settled` once the run's
+    chat records are durable (another run of the chat may read them); and
+    releases it once it is no longer kept for re-attaching. Anyone may find a
+    run, follow its events, cancel it, or answer the tools it waits on; the
+    owner's tools wait through `wait`. An in-process bus knows only its own
+    runs; a distributed one lets any replica do all of this for any run.
     """
 
     @property
@@ -99,15 +113,31 @@ class RunBus(Protocol):
         """How long a tool waits for its answer unless it says otherwise."""
         ...
 
-    def register(self, run: RunState) -> None:
-        """A run started here; it is the active run of its chat."""
+    async def open(self) -> None:
+        """Connect, before the first run."""
         ...
 
-    def ended(self, run: RunState) -> None:
+    async def close(self) -> None:
+        """Disconnect, after the last run."""
+        ...
+
+    async def register(self, run: RunState) -> RunRef | None:
+        """Make `run` live and the active run of its chat; None when done.
+
+        When the chat already has an active run, nothing is registered and that
+        run is returned instead.
+        """
+        ...
+
+    async def ended(self, run: RunState) -> None:
         """The run's terminal event is out; its chat is free. It can still be followed."""
         ...
 
-    def release(self, run_id: str) -> None:
+    async def settled(self, run: RunState) -> None:
+        """The run's chat records are durable."""
+        ...
+
+    async def release(self, run_id: str) -> None:
         """Forget the run and its waits."""
         ...
 
@@ -119,8 +149,20 @@ class RunBus(Protocol):
         """The runs live (or recently ended) in this process, by id."""
         ...
 
-    def active_of(self, chat_id: str) -> RunState | None:
+    async def find(self, run_id: str) -> RunRef | None:
+        """The run, live or recently ended, wherever it runs; None when unknown."""
+        ...
+
+    async def active_of(self, chat_id: str) -> RunRef | None:
         """The chat's active run, if any."""
+        ...
+
+    async def wait_ended(self, run_id: str) -> None:
+        """Return once the run has ended (at once when it is unknown)."""
+        ...
+
+    async def wait_settled(self, chat_id: str) -> None:
+        """Return once the chat's last ended run has settled (its records are durable)."""
         ...
 
     async def follow(self, run_id: str, after_seq: int) -> AsyncGenerator[Event, None] | None:
@@ -143,5 +185,5 @@ class RunBus(Protocol):
         ...
 
     def waiting(self, run_id: str) -> list[str]:
-        """The tool ids of the run that wait for an answer right now."""
+        """The tool ids of the run that wait for an answer right now (in this process)."""
         ...

@@ -7,14 +7,20 @@ waiting tool's future directly (`service.core.waits.Waits`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.eventlog import Emitter
 from service.core.events import Event
+from service.core.ports import RunRef
 from service.core.runstate import RunState
 from service.core.waits import Waits
+
+
+def ref(run: RunState) -> RunRef:
+    return RunRef(run.run_id, run.chat_id, run.owner, running=not run.done)
 
 
 class LocalRunBus:
@@ -24,20 +30,38 @@ class LocalRunBus:
         self.waits = waits if waits is not None else Waits()
         self._runs: dict[str, RunState] = {}
         self._chats: dict[str, RunState] = {}  # chat id -> its active run
+        self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
 
     @property
     def wait_timeout_s(self) -> float:
         return self.waits.timeout_s
 
-    def register(self, run: RunState) -> None:
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def register(self, run: RunState) -> RunRef | None:
+        active = self._chats.get(run.chat_id)
+        if active is not None:
+            return ref(active)
         self._runs[run.run_id] = run
         self._chats[run.chat_id] = run
+        self._freed[run.run_id] = asyncio.Event()
+        return None
 
-    def ended(self, run: RunState) -> None:
+    async def ended(self, run: RunState) -> None:
         if self._chats.get(run.chat_id) is run:
             del self._chats[run.chat_id]
+        freed = self._freed.pop(run.run_id, None)
+        if freed is not None:
+            freed.set()
 
-    def release(self, run_id: str) -> None:
+    async def settled(self, run: RunState) -> None:
+        return None  # one process: the front door waits for its own recorder
+
+    async def release(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         self.waits.forget(run_id)
 
@@ -47,8 +71,21 @@ class LocalRunBus:
     def local_runs(self) -> Mapping[str, RunState]:
         return dict(self._runs)
 
-    def active_of(self, chat_id: str) -> RunState | None:
-        return self._chats.get(chat_id)
+    async def find(self, run_id: str) -> RunRef | None:
+        run = self._runs.get(run_id)
+        return ref(run) if run is not None else None
+
+    async def active_of(self, chat_id: str) -> RunRef | None:
+        run = self._chats.get(chat_id)
+        return ref(run) if run is not None else None
+
+    async def wait_ended(self, run_id: str) -> None:
+        freed = self._freed.get(run_id)
+        if freed is not None:
+            await freed.wait()
+
+    async def wait_settled(self, chat_id: str) -> None:
+        return None
 
     async def follow(self, run_id: str, after_seq: int) -> AsyncGenerator[Event, None] | None:
         run = self._runs.get(run_id)
