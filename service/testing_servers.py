@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+DEBIAN_POSTGRES_LIB = Path("/usr/lib/postgresql")
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 _DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
@@ -52,7 +53,7 @@ def free_port() -> int:
         return port
 
 
-def postgres_bindir() -> Path:
+def postgres_bindir(lib: Path = DEBIAN_POSTGRES_LIB) -> Path:
     """The directory of `initdb` and `postgres`: Debian keeps them off PATH, in
     /usr/lib/postgresql/<version>/bin (the newest version wins); PATH is tried first."""
     candidates: list[Path] = []
@@ -60,7 +61,7 @@ def postgres_bindir() -> Path:
         found = shutil.which(name)
         if found:
             candidates.append(Path(found).resolve().parent)
-    versions = Path("/usr/lib/postgresql").glob("*/bin")
+    versions = lib.glob("*/bin")
     candidates += sorted(versions, key=lambda p: _version_key(p.parent.name), reverse=True)
     for directory in candidates:
         if all((directory / tool).is_file() for tool in ("initdb", "postgres", "psql")):
