@@ -20,6 +20,8 @@ from agw.v1 import gateway_pb2 as gw
 from service.config import ApiKeySettings
 from service.providers.loopback import DONE, LoopbackProvider, content, finish
 from service.testing import Harness
+from service.testing_servers import PostgresServer
+from tests.transport.test_query import error_info
 
 KEYS = [
     ApiKeySettings(key="key-alice-1234567890", tenant="acme", subject="alice"),
@@ -145,3 +147,24 @@ async def test_stopping_a_service_closes_its_connections(
         assert await admin.fetchval(count) == 0
     finally:
         await admin.close()
+
+
+async def test_a_lost_database_is_a_store_failure_not_a_crash(
+    agents_dir: Path,
+    provider: LoopbackProvider,
+    postgres_dsn: str,
+    postgres_server: PostgresServer,
+) -> None:
+    async with Harness.start(agents_dir, provider, **on_postgres(postgres_dsn)) as gateway:
+        provider.enqueue(answer("hi"))
+        events = await gateway.query("plain", "hello")
+        await gateway.app.frontdoor.flush()
+        postgres_server.drop_database(postgres_dsn.rsplit("/", 1)[1])  # cuts every connection
+        for call in (
+            lambda: gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id)),
+            lambda: gateway.stub.ListChats(gw.ListChatsRequest()),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call()
+            assert caught.value.code() == grpc.StatusCode.INTERNAL
+            assert error_info(caught.value).reason == "STORE_FAILED"
