@@ -4,8 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system-packages
-# Debian packages: bubblewrap contains the _bash_ tool; chromium runs the browser tests.
-APT_PACKAGES := bubblewrap chromium
+# Debian packages: bubblewrap contains the _bash_ tool; chromium runs the browser tests;
+# postgresql and redis-server back the scale-out state (tests start throwaway servers).
+APT_PACKAGES := bubblewrap chromium postgresql redis-server
 
 .DEFAULT_GOAL := help
 
@@ -28,7 +29,8 @@ $(NODE_MODULES): clients/node/package.json clients/node/package-lock.json
 	touch $(NODE_MODULES)
 
 $(SYSTEM): Makefile | $(STAMP)
-	@if command -v bwrap >/dev/null && test -x /usr/bin/chromium; then :; \
+	@if command -v bwrap >/dev/null && test -x /usr/bin/chromium \
+	  && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v redis-server >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	else echo "please install the Debian packages: $(APT_PACKAGES)"; exit 1; fi

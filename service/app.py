@@ -102,6 +102,7 @@ class App:
             run_log_ttl_s=settings.run_archive_ttl_s,
             wait_timeout_s=settings.frontend_wait_timeout_s,
             submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
+            postgres_dsn=settings.postgres_dsn.get_secret_value(),
         )
         self.chats = state.CHAT_STORES[settings.chat_store](options)
         self.bus = state.RUN_BUSES[settings.run_bus](options)
@@ -222,3 +223,5 @@ class App:
         await self.providers.aclose()
         if self.demo is not None:
             await self.demo.stop()
+        await self.frontdoor.chats.close()
+        await self.frontdoor.run_log.close()

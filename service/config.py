@@ -154,8 +154,9 @@ class Settings(BaseSettings):
     chat_fsync: Literal["run", "always", "never"] = "run"
     # State backends by name (service/state/__init__.py): where chats, ended runs' event
     # logs and live runs are kept.
-    chat_store: Literal["jsonl", "memory"] = "jsonl"
-    run_log: Literal["files", "memory"] = "files"
+    chat_store: Literal["jsonl", "memory", "postgres"] = "jsonl"
+    run_log: Literal["files", "memory", "postgres"] = "files"
+    postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
     run_bus: Literal["local"] = "local"
     memory_runs: int = 20  # the last k runs of a chat are given to the model
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate

@@ -7,6 +7,7 @@ import pytest
 
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness, oneshot_agent, write_agent
+from tests.servers import postgres_dsn, postgres_server, redis_server, redis_url  # noqa: F401
 
 
 @pytest.fixture

@@ -68,6 +68,10 @@ class ChatStore(Protocol):
         """Make the chat's appended records durable, per the store's policy."""
         ...
 
+    async def close(self) -> None:
+        """Release what the store holds (connections); no call follows."""
+        ...
+
 
 class RunLog(Protocol):
     """The event logs of ended runs, kept for a while after the run left memory."""
@@ -82,6 +86,10 @@ class RunLog(Protocol):
 
     async def load(self, run_id: str) -> list[Event] | None:
         """The run's events, or None when the run was never kept (or expired)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the log holds (connections); no call follows."""
         ...
 
 

@@ -4,8 +4,10 @@
 |---|---|---|
 | ChatStore | `jsonl` | one JSONL file per chat (`service/state/jsonl_chats.py`), the default |
 | ChatStore | `memory` | in-process (`service/state/memory.py`) |
+| ChatStore | `postgres` | PostgreSQL, shared by replicas (`service/state/postgres.py`) |
 | RunLog | `files` | one file per ended run (`service/state/run_files.py`), the default |
 | RunLog | `memory` | in-process |
+| RunLog | `postgres` | PostgreSQL |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
 
 Adding a backend is a new module here and one line in the tables below; the
@@ -24,6 +26,7 @@ from service.core.waits import Waits
 from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.postgres import PostgresChatStore, PostgresRunLog
 from service.state.run_files import FileRunLog
 
 
@@ -37,16 +40,19 @@ class StateOptions:
     run_log_ttl_s: float = 86400.0
     wait_timeout_s: float = 300.0
     submit_payload_limit_bytes: int = 256 * 1024
+    postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
 
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
     "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
     "memory": lambda o: MemoryChatStore(),
+    "postgres": lambda o: PostgresChatStore(o.postgres_dsn),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
     "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
+    "postgres": lambda o: PostgresRunLog(o.postgres_dsn, o.run_log_ttl_s),
 }
 
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {

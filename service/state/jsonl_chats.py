@@ -149,6 +149,9 @@ class JsonlChatStore:
         async with self._locks.setdefault(chat_id, asyncio.Lock()):
             await asyncio.to_thread(fsync)
 
+    async def close(self) -> None:
+        return None
+
     # Reading --------------------------------------------------------------------
 
     async def read(self, chat_id: str) -> list[Record]:

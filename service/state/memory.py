@@ -51,6 +51,9 @@ class MemoryChatStore:
     async def sync(self, chat_id: str) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 class MemoryRunLog:
     """Logs of ended runs in a dict, dropped after `ttl_s`."""
@@ -72,3 +75,6 @@ class MemoryRunLog:
         if kept is None or time.monotonic() - kept[0] >= self.ttl_s:
             return None
         return list(kept[1])
+
+    async def close(self) -> None:
+        return None

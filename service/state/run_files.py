@@ -24,6 +24,22 @@ from service.core.ids import valid_run_id
 log = logging.getLogger("agw.store")
 
 
+def encode_events(events: Sequence[Event]) -> bytes:
+    """`events` as length-delimited `agw.v1.Event` messages (a varint length before each)."""
+    return b"".join(_VarintBytes(len(raw)) + raw for raw in (e.SerializeToString() for e in events))
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """The events of `encode_events(events)`, in order."""
+    events: list[Event] = []
+    position = 0
+    while position < len(data):
+        size, position = _DecodeVarint32(data, position)
+        events.append(Event.FromString(data[position : position + size]))
+        position += size
+    return events
+
+
 class FileRunLog:
     """Writes and reads the event logs of ended runs, one file each."""
 
@@ -42,10 +58,7 @@ class FileRunLog:
         path = self._path(run_id)
         if path is None:
             return
-        data = b"".join(
-            _VarintBytes(len(raw)) + raw for raw in (e.SerializeToString() for e in events)
-        )
-        await asyncio.to_thread(self._write, path, data)
+        await asyncio.to_thread(self._write, path, encode_events(events))
         if time.monotonic() - self._last_prune > 3600:
             await asyncio.to_thread(self.prune)
 
@@ -55,19 +68,15 @@ class FileRunLog:
         temporary.write_bytes(data)
         os.replace(temporary, path)
 
+    async def close(self) -> None:
+        return None
+
     async def load(self, run_id: str) -> list[Event] | None:
         """The run's events, or None when the run was never archived (or was pruned)."""
         path = self._path(run_id)
         if path is None or not path.exists():
             return None
-        data = await asyncio.to_thread(path.read_bytes)
-        events: list[Event] = []
-        position = 0
-        while position < len(data):
-            size, position = _DecodeVarint32(data, position)
-            events.append(Event.FromString(data[position : position + size]))
-            position += size
-        return events
+        return decode_events(await asyncio.to_thread(path.read_bytes))
 
     def prune(self) -> int:
         """Delete the logs older than the time-to-live; returns how many."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,10 @@ from service.core.ports import ChatStore, RunLog
 from service.state import CHAT_STORES, RUN_LOGS, StateOptions
 
 
-def options(tmp_path: Path) -> StateOptions:
-    return StateOptions(chats_dir=tmp_path / "chats", runs_dir=tmp_path / "runs")
+def options(request: pytest.FixtureRequest, tmp_path: Path) -> StateOptions:
+    """Options for the backend under test; the postgres ones get a database of their own."""
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else ""
+    return StateOptions(chats_dir=tmp_path / "chats", runs_dir=tmp_path / "runs", postgres_dsn=dsn)
 
 
 def query(chat_id: str, run_id: str, message: str, ts: int) -> dict:
@@ -40,18 +42,20 @@ def step(chat_id: str, run_id: str, seq: int, ts: int) -> dict:
 
 
 @pytest.fixture(params=sorted(CHAT_STORES))
-async def chats(request: pytest.FixtureRequest, tmp_path: Path) -> ChatStore:
+async def chats(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ChatStore]:
     factory: Callable[[StateOptions], ChatStore] = CHAT_STORES[request.param]
-    store = factory(options(tmp_path))
+    store = factory(options(request, tmp_path))
     await store.open()
-    return store
+    yield store
+    await store.close()
 
 
 @pytest.fixture(params=sorted(RUN_LOGS))
-async def run_log(request: pytest.FixtureRequest, tmp_path: Path) -> RunLog:
-    log = RUN_LOGS[request.param](options(tmp_path))
+async def run_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunLog]:
+    log = RUN_LOGS[request.param](options(request, tmp_path))
     await log.open()
-    return log
+    yield log
+    await log.close()
 
 
 async def test_chat_store_appends_reads_summarises_and_pages(chats: ChatStore) -> None:

@@ -1,0 +1,127 @@
+"""PostgreSQL plumbing of the state backends: the connection pool, the schema, failures.
+
+The schema is the SQL files of `service/state/migrations/`, named `NNNN_name.sql`
+and applied in order, each once. `migrate()` runs in one transaction under a
+transaction-scoped advisory lock, so replicas that start at once apply them one
+after the other: the first applies what is missing and records each version in
+`schema_migrations`, the others then find nothing to do. Every pool is migrated
+before it is handed out (`open_pool`).
+
+Database failures (the server gone, a connection cut, a statement refused) reach
+the core as `StoreFailed`, never as a driver exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from service.core.errors import StoreFailed
+
+log = logging.getLogger("agw.store")
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+#: The advisory lock taken while migrating ("agw" in ASCII).
+MIGRATION_LOCK = 0x616777
+_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
+
+Pool = Any  # asyncpg.Pool (asyncpg ships no type information)
+Connection = Any  # asyncpg.Connection
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migrations shipped in `directory`, by version."""
+    found: list[Migration] = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match is None:
+            continue
+        found.append(Migration(int(match[1]), match[2], path.read_text()))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"two migrations share a version in {directory}: {versions}")
+    return found
+
+
+async def migrate(connection: Connection, shipped: list[Migration] | None = None) -> list[int]:
+    """Apply the shipped migrations the database lacks; the versions applied now."""
+    shipped = migrations() if shipped is None else shipped
+    applied_now: list[int] = []
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await connection.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY,"
+            " name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        rows = await connection.fetch("SELECT version FROM schema_migrations")
+        applied = {int(row["version"]) for row in rows}
+        for migration in shipped:
+            if migration.version in applied:
+                continue
+            await connection.execute(migration.sql)
+            await connection.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                migration.version,
+                migration.name,
+            )
+            applied_now.append(migration.version)
+    newer = applied - {m.version for m in shipped}
+    if newer:
+        log.warning("the database has migrations this version does not know: %s", sorted(newer))
+    if applied_now:
+        log.info("applied database migrations %s", applied_now)
+    return applied_now
+
+
+async def open_pool(dsn: str, *, max_size: int = 10, setting: str = "AGW_POSTGRES_DSN") -> Pool:
+    """A connection pool on `dsn`, with the schema migrated."""
+    if not dsn:
+        raise StoreFailed(f"no PostgreSQL database to connect to: set {setting}")
+    with failures("could not open the PostgreSQL database"):
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+    try:
+        with failures("could not migrate the PostgreSQL database"):
+            async with pool.acquire() as connection:
+                await migrate(connection)
+    except BaseException:
+        pool.terminate()
+        raise
+    return pool
+
+
+async def close_pool(pool: Pool | None, timeout_s: float = 10.0) -> None:
+    """Close the pool once its connections are back; cut them after `timeout_s`."""
+    if pool is None:
+        return
+    try:
+        await asyncio.wait_for(pool.close(), timeout_s)
+    except TimeoutError:
+        log.warning("PostgreSQL connections still busy after %.0fs: cut", timeout_s)
+        pool.terminate()
+
+
+@contextlib.contextmanager
+def failures(what: str) -> Iterator[None]:
+    """Report a database failure inside the block as `StoreFailed` ("{what}: {error}")."""
+    try:
+        yield
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+        raise StoreFailed(f"{what}: {type(error).__name__}: {error}") from error

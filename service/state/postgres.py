@@ -1,0 +1,237 @@
+"""The PostgreSQL `ChatStore` and `RunLog`: the system of record that replicas share.
+
+Tables (`service/state/migrations/`): `chats` (the summary ListChats shows: owner,
+name, agent, times, run count, and the next record's position), `chat_records`
+(one row per record, by position) and `run_logs` (the event logs of ended runs).
+
+- **Appends** are one transaction per call: the chat's row is created or updated
+  (which locks it, so appends to one chat from any replica take turns), then the
+  call's records get the next positions. A call's records are all kept or, when
+  the connection or the server dies first, none are. Within a process appends to
+  a chat are also serialised in call order (a FIFO lock taken before the first
+  await), as the recorder relies on.
+- **Records** read back exactly as appended: they are stored as `json` text.
+- **Ownership** is filtered in SQL: a page only ever holds the principal's chats.
+- **Run logs** are written once when a run ends, as length-delimited
+  `agw.v1.Event` messages (`run_files.encode_events`), and expire after the
+  archive's time-to-live; expired rows are never read, and are pruned at start-up
+  and then hourly.
+- A committed transaction is durable (the server's `synchronous_commit`); `sync`
+  has nothing left to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from service.core.commands import ANONYMOUS, Principal
+from service.core.errors import ChatNotFound
+from service.core.events import Event
+from service.core.ids import chat_name_of, check_chat_id, valid_chat_id, valid_run_id
+from service.core.ports import ChatSummary, Record
+from service.state.pg_schema import Pool, close_pool, failures, open_pool
+from service.state.run_files import decode_events, encode_events
+
+PRUNE_EVERY_S = 3600.0
+
+_APPEND_CHAT = """
+INSERT INTO chats AS c (id, owner_tenant, owner_subject, name, agent_key,
+                        created_at, updated_at, run_count, record_count)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (id) DO UPDATE SET
+    updated_at = GREATEST(c.updated_at, EXCLUDED.updated_at),
+    run_count = c.run_count + EXCLUDED.run_count,
+    record_count = c.record_count + EXCLUDED.record_count
+RETURNING c.record_count - $9
+"""
+
+_APPEND_RECORDS = """
+INSERT INTO chat_records (chat_id, position, record)
+SELECT $1, $2 + t.n - 1, t.record
+FROM unnest($3::json[]) WITH ORDINALITY AS t(record, n)
+"""
+
+_SUMMARY_COLUMNS = (
+    "id, name, agent_key, created_at, updated_at, run_count, owner_tenant, owner_subject"
+)
+
+_PAGE = f"""
+SELECT {_SUMMARY_COLUMNS} FROM chats
+WHERE owner_tenant = $1 AND owner_subject = $2
+  AND ($3::bigint IS NULL OR updated_at < $3 OR (updated_at = $3 AND id > $4))
+ORDER BY updated_at DESC, id
+LIMIT $5
+"""
+
+
+def _summary(row: Any) -> ChatSummary:
+    return ChatSummary(
+        chat_id=row["id"],
+        chat_name=row["name"],
+        agent_key=row["agent_key"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        run_count=row["run_count"],
+        owner=Principal(row["owner_tenant"], row["owner_subject"]),
+    )
+
+
+def _cursor(summary: ChatSummary) -> str:
+    return f"{summary.updated_at}:{summary.chat_id}"
+
+
+def _after(cursor: str) -> tuple[int | None, str]:
+    """The position a cursor stands for; a cursor that is not ours starts at the top."""
+    updated, _, chat_id = cursor.partition(":")
+    if updated.isdigit() and len(updated) <= 19 and valid_chat_id(chat_id):
+        return int(updated), chat_id
+    return None, ""
+
+
+class PostgresChatStore:
+    """Chats and their records in PostgreSQL (`AGW_CHAT_STORE=postgres`)."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self._pool: Pool | None = None
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            raise RuntimeError("the chat store is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        self._pool = await open_pool(self.dsn, max_size=self.pool_size)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        await close_pool(pool)
+
+    async def append(self, chat_id: str, records: list[Record]) -> None:
+        check_chat_id(chat_id)
+        if not records:
+            return
+        # Everything the call needs is taken from the records now: the caller may change them.
+        texts = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
+        first = records[0]
+        query = first.get("query") or {}
+        owner = Principal.from_record(first.get("owner"))
+        times = [int(r.get("updatedAt") or 0) for r in records]
+        queries = sum(1 for r in records if r.get("_type") == "query")
+        chat = (
+            chat_id,
+            owner.tenant,
+            owner.subject,
+            chat_name_of(str(query.get("message") or "")),
+            str(query.get("agentKey") or ""),
+            times[0],
+            max(times),
+            queries,
+            len(texts),
+        )
+        lock = self._locks.get(chat_id)
+        if lock is None:
+            lock = self._locks[chat_id] = asyncio.Lock()
+        async with lock:
+            with failures(f"could not append to chat {chat_id!r}"):
+                async with self.pool.acquire() as connection, connection.transaction():
+                    start = await connection.fetchval(_APPEND_CHAT, *chat)
+                    await connection.execute(_APPEND_RECORDS, chat_id, start, texts)
+
+    async def read(self, chat_id: str) -> list[Record]:
+        check_chat_id(chat_id)
+        with failures(f"could not read chat {chat_id!r}"):
+            rows = await self.pool.fetch(
+                "SELECT record FROM chat_records WHERE chat_id = $1 ORDER BY position", chat_id
+            )
+        if not rows:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        return [json.loads(row["record"]) for row in rows]
+
+    async def summary(self, chat_id: str) -> ChatSummary | None:
+        with failures(f"could not read chat {chat_id!r}"):
+            row = await self.pool.fetchrow(
+                f"SELECT {_SUMMARY_COLUMNS} FROM chats WHERE id = $1", chat_id
+            )
+        return None if row is None else _summary(row)
+
+    async def page(
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+    ) -> tuple[list[ChatSummary], str]:
+        updated, chat_id = _after(cursor)
+        with failures("could not list chats"):
+            rows = await self.pool.fetch(
+                _PAGE, owner.tenant, owner.subject, updated, chat_id, max(limit, 0) + 1
+            )
+        page = [_summary(row) for row in rows[:limit]]
+        return page, _cursor(page[-1]) if page and len(rows) > limit else ""
+
+    async def sync(self, chat_id: str) -> None:
+        return None
+
+
+class PostgresRunLog:
+    """The event logs of ended runs in PostgreSQL (`AGW_RUN_LOG=postgres`)."""
+
+    def __init__(self, dsn: str, ttl_s: float, *, pool_size: int = 4) -> None:
+        self.dsn = dsn
+        self.ttl_s = ttl_s
+        self.pool_size = pool_size
+        self._pool: Pool | None = None
+        self._last_prune = 0.0
+
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            raise RuntimeError("the run log is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        self._pool = await open_pool(self.dsn, max_size=self.pool_size)
+        await self.prune()
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        await close_pool(pool)
+
+    async def save(self, run_id: str, events: Sequence[Event]) -> None:
+        if not valid_run_id(run_id):
+            return
+        chat_id = events[0].chat_id if events else ""
+        with failures(f"could not keep the log of run {run_id}"):
+            await self.pool.execute(
+                "INSERT INTO run_logs (run_id, chat_id, events, expires_at)"
+                " VALUES ($1, $2, $3, now() + make_interval(secs => $4))"
+                " ON CONFLICT (run_id) DO UPDATE SET events = EXCLUDED.events,"
+                " saved_at = now(), expires_at = EXCLUDED.expires_at",
+                run_id,
+                chat_id,
+                encode_events(events),
+                self.ttl_s,
+            )
+        if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
+            await self.prune()
+
+    async def load(self, run_id: str) -> list[Event] | None:
+        if not valid_run_id(run_id):
+            return None
+        with failures(f"could not read the log of run {run_id}"):
+            data = await self.pool.fetchval(
+                "SELECT events FROM run_logs WHERE run_id = $1 AND expires_at > now()", run_id
+            )
+        return None if data is None else decode_events(data)
+
+    async def prune(self) -> int:
+        """Delete the logs past their time-to-live; how many."""
+        self._last_prune = time.monotonic()
+        with failures("could not prune the run logs"):
+            status = await self.pool.execute("DELETE FROM run_logs WHERE expires_at <= now()")
+        return int(status.split()[-1])
