@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -191,3 +193,34 @@ def test_integral_doubles_read_back_as_ints() -> None:
     assert plain == {"n": 1, "x": 2.5, "big": 2.0**60, "list": [3, 0]}
     assert isinstance(plain["n"], int) and isinstance(plain["big"], float)
     assert json.dumps(from_value(to_value(1))) == "1"
+
+
+class BrokenGateway(gateway_pb2_grpc.AgentGatewayServicer):
+    """Streams half an answer, then fails the call."""
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        await context.write(pb.Event(seq=1, run_id="r1", content_start=pb.ContentStart()))
+        await context.write(
+            pb.Event(seq=2, run_id="r1", content_delta=pb.ContentDelta(delta="Hal"))
+        )
+        await context.abort(grpc.StatusCode.INTERNAL, "the stream broke")
+
+
+async def test_output_cut_short_by_a_failure_still_ends_its_line() -> None:
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(BrokenGateway(), server)  # type: ignore[abstract]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "agw_client", "query", "any", "Hi"),
+            *("--target", f"127.0.0.1:{port}"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        await server.stop(None)
+    assert (process.returncode, out.decode()) == (1, "Hal\n")
+    assert err.decode() == "agw: INTERNAL: the stream broke\n"
