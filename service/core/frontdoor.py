@@ -19,6 +19,7 @@ import asyncio
 import builtins
 import logging
 import secrets
+import time
 import uuid
 import weakref
 from collections.abc import AsyncGenerator, Mapping
@@ -267,7 +268,7 @@ class FrontDoor:
         )
         run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
-        run.task.add_done_callback(lambda _: self._ended(run, recorder))
+        run.task.add_done_callback(lambda _: self._ended(run, recorder, agent.mode))
         return run
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
@@ -499,8 +500,9 @@ class FrontDoor:
         while self._finishing:
             await asyncio.wait(list(self._finishing), timeout=10.0)
 
-    def _ended(self, run: RunState, recorder: ChatRecorder) -> None:
+    def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
         self._active.discard(run)
+        _log_run_end(run, mode)
         for on_run_end in hooks(self.options.middlewares, "on_run_end"):
             try:
                 on_run_end(run, run.terminal)
@@ -530,3 +532,40 @@ class FrontDoor:
         task = asyncio.create_task(self.bus.release(run_id), name=f"release-{run_id}")
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
+
+
+def _log_run_end(run: RunState, mode: str) -> None:
+    """One INFO line per run: who ran what, how it ended, how long, what it used.
+
+    The outcome is `complete`, `error` or `cancel`, with the finish reason, the error's
+    reason or the cancel reason; never a message or any of the run's content.
+    """
+    terminal = run.terminal
+    field = terminal.WhichOneof("payload") if terminal is not None else None
+    if field == "run_complete" and terminal is not None:
+        outcome, reason = "complete", terminal.run_complete.finish_reason
+    elif field == "run_error" and terminal is not None:
+        outcome, reason = "error", terminal.run_error.error.reason
+    else:
+        outcome = "cancel"
+        reason = terminal.run_cancel.reason if terminal is not None else run.cancel_reason
+    usage = run.accounting.usage
+    fields = {
+        "run_id": run.run_id,
+        "chat_id": run.chat_id,
+        "agent": run.agent_key,
+        "mode": mode,
+        "outcome": outcome,
+        "reason": reason,
+        "duration_ms": round((time.monotonic() - run.started_at) * 1000, 1),
+        "model_calls": run.accounting.model_calls,
+        "tokens_in": usage.prompt_tokens if usage is not None else 0,
+        "tokens_out": usage.completion_tokens if usage is not None else 0,
+    }
+    log.info(
+        "run %(run_id)s ended: %(outcome)s (%(reason)s); chat %(chat_id)s, agent %(agent)s, "
+        "%(mode)s, %(duration_ms).1f ms, %(model_calls)d model calls, "
+        "%(tokens_in)d tokens in, %(tokens_out)d out",
+        fields,
+        extra=fields,
+    )

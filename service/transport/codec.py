@@ -80,9 +80,21 @@ def _finite(value: Any, name: str) -> Any:
     return value
 
 
+def _whole(value: Any) -> Any:
+    """`value` with its integral numbers as ints: a `Value` holds every number as a double,
+    so the 1 a client sent arrives as 1.0 (and would reach a tool or a model so)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value
+
+
 def _to_json(message: Any, name: str) -> Any:
     try:
-        return _finite(json_format.MessageToDict(message), name)
+        return _whole(_finite(json_format.MessageToDict(message), name))
     except ValueError as error:  # NaN or infinity in a number_value
         raise InvalidRequest(f"{name} holds a value JSON cannot carry ({error})") from None
 

@@ -7,15 +7,20 @@
   traceback);
 - authenticates the caller (`service.transport.auth`) and ends the call with
   UNAUTHENTICATED when the credentials do not fit;
-- makes the caller's principal available to the handler (`principal()`).
+- makes the caller's principal available to the handler (`principal()`);
+- logs one INFO line per call when it ends: the method, the peer, the status
+  code, the duration and, for streams, the number of events sent. Nothing the
+  caller sent (messages, credentials) is in it.
 
 Health and reflection calls pass through untouched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +38,20 @@ SERVICE_PREFIX = "/agw.v1.AgentGateway/"
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar(
     "agw_principal", default=ANONYMOUS
 )
+
+
+class _Sent:
+    """The number of messages a call has sent so far."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# The call's counter: the response serializer runs in the call's own task (inside
+# `context.write` for streams), so it finds the counter its call set.
+_sent: contextvars.ContextVar[_Sent | None] = contextvars.ContextVar("agw_sent", default=None)
 
 
 def principal() -> Principal:
@@ -62,6 +81,51 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return decode
 
 
+def _counting(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    if serializer is None:
+        return None
+
+    def encode(message: Any) -> bytes:
+        sent = _sent.get()
+        if sent is not None:
+            sent.count += 1
+        return serializer(message)
+
+    return encode
+
+
+def _final_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
+    """The status a call that returned normally ends with."""
+    if context.cancelled():
+        return grpc.StatusCode.CANCELLED
+    code = context.code()
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK
+
+
+def _log_call(
+    name: str,
+    context: grpc.aio.ServicerContext[Any, Any],
+    code: grpc.StatusCode,
+    started: float,
+    sent: int | None,
+) -> None:
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    peer = context.peer() or ""
+    fields: dict[str, Any] = {
+        "method": name,
+        "peer": peer,
+        "status": code.name,
+        "duration_ms": duration_ms,
+    }
+    events = ""
+    if sent is not None:
+        fields["events"] = sent
+        events = f", {sent} events"
+    log.info(
+        "%s from %s: %s in %.1f ms%s", name, peer, code.name, duration_ms, events, extra=fields
+    )
+
+
 class GatewayGuard(grpc.aio.ServerInterceptor):
     """Decodes safely and authenticates every call of the gateway service."""
 
@@ -88,27 +152,47 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
         else:
             return handler  # type: ignore[no-any-return]
         guarded: grpc.RpcMethodHandler[Any, Any] = handler._replace(
-            **{kind: self._guarded(name, getattr(handler, kind))},
+            **{kind: self._guarded(name, getattr(handler, kind), stream=kind == "unary_stream")},
             request_deserializer=_safe(handler.request_deserializer),
+            response_serializer=_counting(handler.response_serializer),
         )
         return guarded
 
-    def _guarded(self, name: str, behavior: Any) -> Callable[[Any, Any], Awaitable[Any]]:
-        authenticator = self.authenticator
-
+    def _guarded(
+        self, name: str, behavior: Any, *, stream: bool
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            sent = _Sent()
+            _sent.set(sent)
+            code = grpc.StatusCode.UNKNOWN  # an exception other than an abort
             try:
-                if isinstance(request, Undecodable):
-                    log.warning("%s: undecodable request (%s)", name, request.error[:200])
-                    raise InvalidRequest(f"the request is not a valid {name} request")
-                metadata = {
-                    k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)
-                }
-                who = await authenticator.authenticate(metadata)
-            except AgwError as error:
-                await abort(context, error)
-                return None
-            _principal.set(who)
-            return await behavior(request, context)
+                result = await self._serve(name, behavior, request, context)
+                code = _final_code(context)
+                return result
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except grpc.aio.AbortError:
+                code = _final_code(context)
+                raise
+            finally:
+                _log_call(name, context, code, started, sent.count if stream else None)
 
         return guarded
+
+    async def _serve(
+        self, name: str, behavior: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        """Refuse an undecodable or unauthenticated call, else let the handler serve it."""
+        try:
+            if isinstance(request, Undecodable):
+                log.warning("%s: undecodable request (%s)", name, request.error[:200])
+                raise InvalidRequest(f"the request is not a valid {name} request")
+            metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+            who = await self.authenticator.authenticate(metadata)
+        except AgwError as error:
+            await abort(context, error)
+            return None
+        _principal.set(who)
+        return await behavior(request, context)

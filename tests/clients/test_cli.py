@@ -135,11 +135,22 @@ async def test_failed_run_exits_1_with_its_reason(
     assert "upstream exploded" in err
 
 
-async def test_unreachable_gateway(gateway: Harness) -> None:
+async def test_unreachable_gateway_says_so_in_one_line(gateway: Harness) -> None:
     agw = Agw(gateway)
-    code, _, err = await agw("agents", "--target", "127.0.0.1:1", "--timeout", "2")
-    assert code == 1
-    assert err.startswith("agw: UNAVAILABLE: ")
+    hint = "agw: cannot reach agw at 127.0.0.1:1 (is it running? `make run`)\n"
+    for command in (("agents",), ("query", "plain", "Hi"), ("chat-history", "c1")):
+        code, out, err = await agw(*command, "--target", "127.0.0.1:1", "--timeout", "2")
+        assert (code, out, err) == (1, "", hint)
+
+
+async def test_a_refusal_while_draining_is_not_taken_for_an_unreachable_gateway(
+    gateway: Harness,
+) -> None:
+    await gateway.app.frontdoor.drain(0)  # now UNAVAILABLE, with the reason SHUTTING_DOWN
+    code, out, err = await Agw(gateway)("query", "plain", "Hi")
+    assert (code, out) == (1, "")
+    assert err.startswith("agw: UNAVAILABLE: the service is shutting down")
+    assert err.endswith("(SHUTTING_DOWN)\n")
 
 
 async def test_chat_keeps_the_chat_across_turns(
@@ -218,7 +229,11 @@ async def test_chat_answers_a_waiting_frontend_tool(
     assert out.splitlines() == [
         "you> Pick one",
         '→ pick {"question": "Color?"}',
-        'pick (html) waits for your answer: "blue"',
+        "? pick (html) waits for your answer",
+        "  Let the user pick a color and wait for the choice.",
+        "  question: Color?",
+        '  answer with JSON ({"key": "value"}, 42, true) or plain text',
+        'your answer: "blue"',
         "← pick returned: blue",
         "You chose blue",
         "you> ",
@@ -240,3 +255,65 @@ async def test_actions_are_shown_by_name(
     code, out, err = await Agw(frontend_gateway)("query", "picker", "Dark please")
     assert (code, err) == (0, "")
     assert out.splitlines() == ['⚡ switch_theme {"theme": "dark"}', "Done."]
+
+
+async def test_a_frontend_tool_s_options_are_numbered_and_picked_by_number(
+    frontend_gateway: Harness, provider: LoopbackProvider
+) -> None:
+    arguments = '{"question": "Color?", "options": ["red", "blue"]}'
+    provider.enqueue(
+        [tool_call(0, "call_1", "pick", arguments), finish("tool_calls"), DONE],
+        [content("Blue it is"), finish("stop"), DONE],
+    )
+    code, out, err = await Agw(frontend_gateway)("query", "picker", "Pick one", stdin="\n2\n")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        '→ pick {"question": "Color?", "options": ["red", "blue"]}',
+        "? pick (html) waits for your answer",
+        "  Let the user pick a color and wait for the choice.",
+        "  question: Color?",
+        "  options:",
+        "    1. red",
+        "    2. blue",
+        '  answer with an option\'s number, JSON ({"key": "value"}, 42, true) or plain text',
+        "your answer: ",  # an empty line asks again
+        "your answer: 2",
+        "← pick returned: blue",
+        "Blue it is",
+    ]
+    (run,) = frontend_gateway.app.frontdoor.runs.values()
+    (submitted,) = [e.request_submit for e in run.log if e.type == "request.submit"]
+    assert submitted.payload.string_value == "blue"
+
+
+async def test_numbers_typed_for_a_frontend_tool_stay_integers(
+    frontend_gateway: Harness, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        [tool_call(0, "call_1", "pick", '{"question": "How many?"}'), finish("tool_calls"), DONE],
+        [content("Noted."), finish("stop"), DONE],
+        [tool_call(0, "call_2", "pick", '{"question": "And?"}'), finish("tool_calls"), DONE],
+        [content("Noted too."), finish("stop"), DONE],
+    )
+    agw = Agw(frontend_gateway)
+    code, out, err = await agw("query", "picker", "Count", stdin="1\n")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-3:] == ["your answer: 1", "← pick returned: 1", "Noted."]
+    assert provider.requests[1]["messages"][-1]["content"] == "1"  # the model reads 1, not 1.0
+    (run,) = frontend_gateway.app.frontdoor.runs.values()
+    code, out, err = await agw(
+        "query", "picker", "Again", "--chat", run.chat_id, stdin="[2, 2.5]\n"
+    )
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-2:] == ["← pick returned: [2, 2.5]", "Noted too."]
+    assert provider.requests[3]["messages"][-1]["content"] == "[2, 2.5]"
+    code, out, err = await agw("chat-history", run.chat_id)
+    assert (code, err) == (0, "")
+    assert out.endswith("\n") and not out.endswith("\n\n")
+    answers = [line for line in out.splitlines() if line.startswith(("you answered", "← pick"))]
+    assert answers == [
+        "you answered: 1",
+        "← pick returned: 1",
+        "you answered: [2, 2.5]",
+        "← pick returned: [2, 2.5]",
+    ]

@@ -1,4 +1,4 @@
-"""The `agw` session: plans, tasks, questions, permissions and approvals, at the terminal.
+"""The `agw` session: plans, tasks, questions, permissions, approvals and frontend tools.
 
 The service's plan mode, questions and permissions stream these events; here a
 scripted `AgentGateway` (an edge fake on a real loopback gRPC server) plays them,
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,9 +21,10 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from agw_client import Client
-from agw_client.cli.render import Renderer
+from agw_client.cli import frontend
+from agw_client.cli.render import Renderer, ToolCall
 from agw_client.cli.session import Prompter, Session
-from agw_client.messages import from_value
+from agw_client.messages import from_value, to_value
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -126,3 +130,97 @@ async def test_plan_tasks_and_every_kind_of_wait(scripted: tuple[ScriptedGateway
         "plan 1/2: [x] Find flights",
     ]
     assert err.getvalue() == ""
+
+
+def test_a_frontend_tool_is_described_with_its_view_and_how_to_answer() -> None:
+    call = ToolCall(
+        name="confirm_dialog",
+        type="html",
+        arguments='{"question": "Go?", "options": ["Yes", "No"], "level": 2}',
+        description='Ask the user.\n  Returns e.g. {"choice": "Yes"}.',
+        api="/views/confirm_dialog.html",
+        params={"width": 420, "submitLabel": "Send"},
+    )
+    assert frontend.describe(call) == [
+        "? confirm_dialog (html) waits for your answer",
+        '  Ask the user. Returns e.g. {"choice": "Yes"}.',
+        "  question: Go?",
+        "  options:",
+        "    1. Yes",
+        "    2. No",
+        "  level: 2",
+        '  view: /views/confirm_dialog.html {"submitLabel": "Send", "width": 420}',
+        '  answer with an option\'s number, JSON ({"key": "value"}, 42, true) or plain text',
+    ]
+    options = frontend.options_of(frontend.arguments_of(call))
+    assert [frontend.answer_of(text, options) for text in ("1", " 2 ", "3", "Maybe")] == [
+        "Yes",
+        "No",
+        3,
+        "Maybe",
+    ]
+
+
+def test_arguments_that_are_not_an_object_are_shown_as_they_came() -> None:
+    call = ToolCall(name="sketch", type="qlc", arguments='{"unfinished": ')
+    assert frontend.describe(call) == [
+        "? sketch (qlc) waits for your answer",
+        '  arguments: {"unfinished":',
+        '  answer with JSON ({"key": "value"}, 42, true) or plain text',
+    ]
+    assert frontend.options_of(["a", "b"]) == []
+    assert frontend.options_of({"options": [{"nested": 1}]}) == []
+
+
+def test_typed_answers_are_json_when_they_are_json() -> None:
+    assert [frontend.parse_answer(text) for text in ("1", "2.5", "true", "null", "[1, 2]")] == [
+        1,
+        2.5,
+        True,
+        None,
+        [1, 2],
+    ]
+    assert isinstance(frontend.parse_answer("1"), int)
+    assert frontend.parse_answer('{"a": 1}') == {"a": 1}
+    # Not JSON (or not JSON that can be sent): the text itself.
+    for text in ("blue", "NaN", "Infinity", "-Infinity", "{oops", "1 2"):
+        assert frontend.parse_answer(text) == text
+
+
+def test_integral_doubles_read_back_as_ints() -> None:
+    value = to_value({"n": 1, "x": 2.5, "big": 2.0**60, "list": [3, -0.0]})
+    plain = from_value(value)
+    assert plain == {"n": 1, "x": 2.5, "big": 2.0**60, "list": [3, 0]}
+    assert isinstance(plain["n"], int) and isinstance(plain["big"], float)
+    assert json.dumps(from_value(to_value(1))) == "1"
+
+
+class BrokenGateway(gateway_pb2_grpc.AgentGatewayServicer):
+    """Streams half an answer, then fails the call."""
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        await context.write(pb.Event(seq=1, run_id="r1", content_start=pb.ContentStart()))
+        await context.write(
+            pb.Event(seq=2, run_id="r1", content_delta=pb.ContentDelta(delta="Hal"))
+        )
+        await context.abort(grpc.StatusCode.INTERNAL, "the stream broke")
+
+
+async def test_output_cut_short_by_a_failure_still_ends_its_line() -> None:
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(BrokenGateway(), server)  # type: ignore[abstract]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "agw_client", "query", "any", "Hi"),
+            *("--target", f"127.0.0.1:{port}"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        await server.stop(None)
+    assert (process.returncode, out.decode()) == (1, "Hal\n")
+    assert err.decode() == "agw: INTERNAL: the stream broke\n"

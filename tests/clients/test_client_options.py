@@ -130,6 +130,19 @@ def test_options_are_validated() -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_the_default_target_is_agw_target_else_make_run_s(
+    flaky: tuple[FlakyGateway, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, port = flaky
+    monkeypatch.delenv("AGW_TARGET", raising=False)
+    assert ClientOptions().target == "127.0.0.1:50051"
+    monkeypatch.setenv("AGW_TARGET", f"127.0.0.1:{port}")
+    assert ClientOptions().target == f"127.0.0.1:{port}"
+    assert ClientOptions("elsewhere:1").target == "elsewhere:1"
+    async with AsyncClient(retry_backoff=0.01) as agw:  # reaches the server AGW_TARGET names
+        assert [a.key for a in await agw.list_agents()] == ["a"]
+
+
 async def test_tls_with_own_root_certificate(tmp_path: Path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     openssl = await asyncio.create_subprocess_exec(

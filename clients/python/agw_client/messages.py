@@ -39,11 +39,33 @@ def to_value(value: Any) -> struct_pb2.Value:
     return message
 
 
+#: Integers a double holds exactly (JavaScript's safe integers).
+MAX_EXACT_INT = 2**53
+
+
+def plain_numbers(value: Any) -> Any:
+    """`value` with its integral floats as ints, in nested lists and dicts too.
+
+    A `google.protobuf.Value` (or `Struct`) holds every number as a double, so a
+    JSON 1 sent through one comes back as 1.0; JSON does not tell the two apart,
+    and people expect to read back the 1 they wrote.
+    """
+    if isinstance(value, float):
+        exact = value.is_integer() and abs(value) <= MAX_EXACT_INT
+        return int(value) if exact else value
+    if isinstance(value, dict):
+        return {key: plain_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(item) for item in value]
+    return value
+
+
 def from_value(value: struct_pb2.Value) -> Any:
-    """A `google.protobuf.Value` as a plain JSON value (None when unset)."""
+    """A `google.protobuf.Value` as a plain JSON value (None when unset); integral numbers
+    are ints (see `plain_numbers`)."""
     if value.WhichOneof("kind") is None:
         return None
-    return json_format.MessageToDict(value)
+    return plain_numbers(json_format.MessageToDict(value))
 
 
 def query_request(
@@ -102,8 +124,9 @@ def event_to_dict(event: pb.Event) -> dict[str, Any]:
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    """A message as its proto JSON object (camelCase), with 64-bit integers as numbers."""
-    data: dict[str, Any] = json_format.MessageToDict(message)
+    """A message as its proto JSON object (camelCase), with 64-bit integers as numbers and
+    integral numbers as ints (see `plain_numbers`)."""
+    data: dict[str, Any] = plain_numbers(json_format.MessageToDict(message))
     _unquote_int64(message, data)
     return data
 

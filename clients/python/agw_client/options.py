@@ -4,6 +4,8 @@ Deadlines: unary calls get `timeout` seconds unless a call says otherwise;
 streams (`Query`, `Attach`) get `stream_timeout`, none by default, because a
 run may legitimately last long.
 
+Target: `AGW_TARGET` when set, else 127.0.0.1:50051 (where `make run` listens).
+
 Retries: unary calls are retried on `UNAVAILABLE` by gRPC's own retry policy
 (declared in the channel's service config, with exponential back-off), up to
 `retries` more attempts. Streams are never retried: a run is not idempotent,
@@ -13,7 +15,8 @@ and a dropped stream is re-joined with `attach(run_id, after_seq)` instead.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -35,12 +38,18 @@ MAX_RETRIES = 4
 Metadata = tuple[tuple[str, str], ...]
 
 
+def default_target() -> str:
+    """`AGW_TARGET` when set, else `DEFAULT_TARGET`."""
+    return os.environ.get("AGW_TARGET") or DEFAULT_TARGET
+
+
 @dataclass(frozen=True)
 class ClientOptions:
     """How to reach the gateway and how to call it."""
 
-    #: host:port of the gateway (any gRPC target string, e.g. "dns:///agw.internal:443").
-    target: str = DEFAULT_TARGET
+    #: host:port of the gateway (any gRPC target string, e.g. "dns:///agw.internal:443");
+    #: by default `AGW_TARGET`, else 127.0.0.1:50051.
+    target: str = field(default_factory=default_target)
     #: Use TLS; `root_certificates` (PEM) replaces the system roots when given.
     tls: bool = False
     root_certificates: bytes | None = None

@@ -7,10 +7,10 @@
     agw chats                          the chats, newest first
     agw chat-history CHAT [--json]     a chat's history
 
-The gateway is at 127.0.0.1:50051 unless `--target` or `AGW_TARGET` says
-otherwise (`AGW_TOKEN` for `--token`). Ctrl-C cancels the running run.
+The gateway is at 127.0.0.1:50051 (`make run`) unless `--target` or `AGW_TARGET`
+says otherwise (`AGW_TOKEN` for `--token`). Ctrl-C cancels the running run.
 Exit status of `query` and `attach`: 0 when the run completed, 1 on an error, 130
-when cancelled; `chat` leaves with 0.
+when cancelled; `chat` leaves with 0. A gateway that cannot be reached exits 1.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+import grpc
 from agw.v1 import gateway_pb2 as gw
 
 from agw_client.cli.render import Renderer
 from agw_client.cli.session import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Prompter, Session
 from agw_client.errors import RpcError
 from agw_client.messages import event_to_dict, message_to_dict
-from agw_client.options import DEFAULT_TARGET, ClientOptions
+from agw_client.options import ClientOptions, default_target
 from agw_client.sync import Client
 
 
@@ -39,7 +40,7 @@ def _common() -> argparse.ArgumentParser:
     group = common.add_argument_group("connection")
     group.add_argument(
         "--target",
-        default=os.environ.get("AGW_TARGET") or DEFAULT_TARGET,
+        default=default_target(),
         help="gateway address, host:port (env AGW_TARGET; default %(default)s)",
     )
     group.add_argument("--tls", action="store_true", help="connect with TLS")
@@ -109,7 +110,10 @@ class Cli:
     def run(self) -> int:
         handler = getattr(self, "cmd_" + self.args.command.replace("-", "_"))
         with self.client:
-            code: int = handler()
+            try:
+                code: int = handler()
+            finally:
+                self.renderer.end_line()  # the output ends with a whole line, whatever happened
             return code
 
     def _print(self, text: str) -> None:
@@ -201,13 +205,20 @@ class Cli:
             self._print("  ".join([*cells, row[-1]]).rstrip())
 
 
+def failure(error: RpcError, target: str) -> str:
+    """The one line that says why a call failed."""
+    if error.code == grpc.StatusCode.UNAVAILABLE and not error.reason:  # no answer at all
+        return f"cannot reach agw at {target} (is it running? `make run`)"
+    return str(error)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `agw` command."""
     args = parser().parse_args(argv)
     try:
         code = Cli(args, sys.stdout, sys.stderr).run()
     except RpcError as error:
-        print(f"agw: {error}", file=sys.stderr)
+        print(f"agw: {failure(error, args.target)}", file=sys.stderr)
         code = EXIT_FAILED
     except KeyboardInterrupt:
         print(file=sys.stderr)

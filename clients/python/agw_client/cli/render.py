@@ -8,11 +8,13 @@ Live events (start/delta/end) and history replays (snapshots) render alike.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from agw.v1 import events_pb2 as pb
+from google.protobuf import json_format, struct_pb2
 
-from agw_client.messages import from_value
+from agw_client.messages import from_value, plain_numbers
 
 RESULT_WIDTH = 200
 TASK_MARK = {
@@ -22,6 +24,27 @@ TASK_MARK = {
     pb.TASK_STATUS_FAILED: "[!]",
     pb.TASK_STATUS_CANCELED: "[-]",
 }
+
+
+@dataclass
+class ToolCall:
+    """A tool call (or action) as seen on the stream so far."""
+
+    name: str = ""
+    #: "backend", a frontend view type ("html", "qlc", "dqlc"), or "action".
+    type: str = ""
+    #: The JSON arguments, as much of them as arrived.
+    arguments: str = ""
+    description: str = ""
+    #: The view's address, and the tool definition's static parameters.
+    api: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A `Struct` as a plain dict, integral numbers as ints."""
+    data: dict[str, Any] = plain_numbers(json_format.MessageToDict(struct))
+    return data
 
 
 class Style:
@@ -63,7 +86,7 @@ class Renderer:
         #: the prompt that typed them (live chats).
         self.history = history
         self._at_line_start = True
-        self._tools: dict[str, tuple[str, str, str]] = {}  # tool id -> (name, type, args)
+        self._tools: dict[str, ToolCall] = {}  # by tool (or action) id
         self._tasks: dict[str, int] = {}  # task id -> last shown status
 
     # Output primitives
@@ -104,9 +127,9 @@ class Renderer:
         if kind and handler is not None:
             handler(getattr(event, kind))
 
-    def tool(self, tool_id: str) -> tuple[str, str, str]:
-        """(name, type, arguments) of a tool call seen so far."""
-        return self._tools.get(tool_id, ("", "", ""))
+    def tool(self, tool_id: str) -> ToolCall:
+        """The tool call (or action) `tool_id` as seen so far (empty when unseen)."""
+        return self._tools.get(tool_id) or ToolCall()
 
     def plan_lines(self, plan: pb.Plan) -> list[str]:
         return [f"  {TASK_MARK.get(t.status, '[ ]')} {t.description}" for t in plan.tasks]
@@ -145,30 +168,39 @@ class Renderer:
         self.line(p.text)
 
     def _on_tool_start(self, p: pb.ToolStart) -> None:
-        self._tools[p.tool_id] = (p.tool_name, p.tool_type, "")
+        self._tools[p.tool_id] = ToolCall(
+            p.tool_name, p.tool_type, "", p.description, p.tool_api, struct_dict(p.tool_params)
+        )
 
     def _on_tool_args(self, p: pb.ToolArgs) -> None:
-        name, kind, args = self.tool(p.tool_id)
-        self._tools[p.tool_id] = (name, kind, args + p.delta)
+        call = self._tools.setdefault(p.tool_id, ToolCall())
+        call.arguments += p.delta
 
     def _on_tool_end(self, p: pb.ToolEnd) -> None:
-        name, _, args = self.tool(p.tool_id)
-        self.line(self.style.cyan(f"→ {name} {short(args)}".rstrip()))
+        call = self.tool(p.tool_id)
+        self.line(self.style.cyan(f"→ {call.name} {short(call.arguments)}".rstrip()))
 
     def _on_tool_snapshot(self, p: pb.ToolSnapshot) -> None:
-        self._tools[p.tool_id] = (p.tool_name, p.tool_type, p.arguments)
+        self._tools[p.tool_id] = ToolCall(
+            p.tool_name,
+            p.tool_type,
+            p.arguments,
+            p.description,
+            p.tool_api,
+            struct_dict(p.tool_params),
+        )
         self.line(self.style.cyan(f"→ {p.tool_name} {short(p.arguments)}".rstrip()))
 
     def _on_tool_result(self, p: pb.ToolResult) -> None:
-        name = self.tool(p.tool_id)[0] or p.tool_id
+        name = self.tool(p.tool_id).name or p.tool_id
         verb = "failed" if p.error else "returned"
         self.line(self.style.dim(f"← {name} {verb}: {short(from_value(p.result))}"))
 
     def _on_action_start(self, p: pb.ActionStart) -> None:
-        self._tools[p.action_id] = (p.action_name, "action", "")
+        self._tools[p.action_id] = ToolCall(p.action_name, "action")
 
     def _on_action_param(self, p: pb.ActionParam) -> None:
-        name = self.tool(p.action_id)[0] or "action"
+        name = self.tool(p.action_id).name or "action"
         self.line(self.style.cyan(f"⚡ {name} {short(from_value(p.param))}"))
 
     def _on_action_snapshot(self, p: pb.ActionSnapshot) -> None:

@@ -3,7 +3,8 @@
 What waits for the user, and the payload `Submit` then carries:
 
 * a frontend tool (`tool.end` of a tool whose type is a view, not "backend"):
-  the line typed, parsed as JSON when it is JSON, else the text itself;
+  an option's number, a JSON value, or text (see `agw_client.cli.frontend`);
+  an empty line asks again;
 * `question.ask`: the option chosen (by number or text) or the free text;
 * `permission.ask` and `plan.approval`: true for y/yes, false otherwise.
 
@@ -25,7 +26,8 @@ from typing import Any
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
-from agw_client.cli.render import Renderer, short
+from agw_client.cli import frontend
+from agw_client.cli.render import Renderer, ToolCall, short
 from agw_client.errors import RpcError
 from agw_client.fold import RunResult
 from agw_client.messages import event_to_dict
@@ -66,14 +68,6 @@ class Prompter:
     def confirm(self, prompt: str) -> bool | None:
         answer = self.ask(f"{prompt} [y/N] ")
         return None if answer is None else answer.strip().lower() in ("y", "yes")
-
-
-def parse_answer(text: str) -> Any:
-    """A typed answer: JSON when it parses as JSON, else the text itself."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 class Interrupts:
@@ -201,10 +195,9 @@ class Session:
         kind = event.WhichOneof("payload")
         wait: tuple[str, Any] | None = None
         if kind == "tool_end":
-            name, tool_type, _ = self.renderer.tool(event.tool_end.tool_id)
-            if tool_type not in BACKEND_TYPES:
-                text = self.prompter.ask(f"{name} ({tool_type}) waits for your answer: ")
-                wait = (event.tool_end.tool_id, None if text is None else parse_answer(text))
+            call = self.renderer.tool(event.tool_end.tool_id)
+            if call.type not in BACKEND_TYPES:
+                wait = (event.tool_end.tool_id, self._frontend(call))
         elif kind == "question_ask":
             wait = (event.question_ask.question_id, self._question(event.question_ask))
         elif kind == "permission_ask":
@@ -217,6 +210,18 @@ class Session:
                 self.renderer.line(text)
             wait = (approval.approval_id, self.prompter.confirm("approve this plan?"))
         return wait
+
+    def _frontend(self, call: ToolCall) -> Any:
+        """The answer to a waiting frontend tool, or None when the input ended."""
+        assert self.prompter is not None
+        title, *details = frontend.describe(call)
+        self.renderer.line(self.renderer.style.bold(title))
+        for line in details:
+            self.renderer.line(line)
+        while (text := self.prompter.ask("your answer: ")) is not None:
+            if text.strip():
+                return frontend.answer_of(text, frontend.options_of(frontend.arguments_of(call)))
+        return None
 
     def _question(self, ask: pb.QuestionAsk) -> str | None:
         assert self.prompter is not None
