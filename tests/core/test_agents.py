@@ -465,9 +465,12 @@ def test_shipped_examples_all_load() -> None:
         "demo_action",
         "demo_frontend",
         "demo_oneshot",
+        "demo_parallel",
         "demo_plain",
         "demo_plan",
         "demo_react",
+        "demo_replan",
+        "demo_verify",
     ]
     for agent in agents.values():
         assert agent.json_schema_ref == f"./{SCHEMA_FILE_NAME}"
