@@ -22,7 +22,8 @@ Resolution. `AgentDefinition.stage(name)` merges the outer `modelConfig` with th
 field by field (the stage wins; `reasoning` is merged field by field too), and takes the
 stage's `toolConfig` when the stage has that key (an explicit `null` clears the ordinary
 tools), else the outer one. PLAN_EXECUTE's planning tools are not part of `toolConfig`:
-the runner adds them (`PLAN_ADD_TASKS_TOOL`, `PLAN_UPDATE_TASK_TOOL`).
+the runner adds them (`PLAN_ADD_TASKS_TOOL`, `PLAN_UPDATE_TASK_TOOL`, and `PLAN_DECIDE_TOOL`,
+`PLAN_VERIFY_TOOL` for the optional replan and verify stages, which have no ordinary tools).
 
 `modelConfig.extraBody` holds request-body fields per provider key ("*": every provider);
 a stage's `extraBody` replaces the outer one whole; `ResolvedModel.body_for(provider)`
@@ -60,11 +61,13 @@ Output = Literal["PLAIN", "REASONING_SUMMARY"]
 ToolPolicy = Literal["DISALLOW", "ALLOW", "REQUIRE"]
 Verify = Literal["NONE", "SECOND_PASS_FIX"]
 Permission = Literal["ALLOW", "ASK", "DENY"]
-StageName = Literal["plain", "react", "plan", "execute", "summary"]
+StageName = Literal["plain", "react", "plan", "execute", "replan", "verify", "summary"]
 
 PLAN_ADD_TASKS_TOOL = "_plan_add_tasks_"
 PLAN_UPDATE_TASK_TOOL = "_plan_update_task_"
-PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL)
+PLAN_DECIDE_TOOL = "_plan_decide_"
+PLAN_VERIFY_TOOL = "_plan_verify_"
+PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL, PLAN_DECIDE_TOOL, PLAN_VERIFY_TOOL)
 SCHEMA_FILE_NAME = "agent.schema.json"
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -169,12 +172,9 @@ class ToolConfig(_Strict):
         return self
 
 
-class _Stage(_Strict):
+class _PromptStage(_Strict):
     system_prompt: str = Field(alias="systemPrompt", json_schema_extra={"minLength": 1})
     model_config_: ModelConfig | None = Field(None, alias="modelConfig")
-    tool_config: ToolConfig | None = Field(
-        None, alias="toolConfig", description="Overrides the outer toolConfig; null clears it."
-    )
 
     @field_validator("system_prompt")
     @classmethod
@@ -182,6 +182,12 @@ class _Stage(_Strict):
         if not value.strip():
             raise ValueError("must not be empty")
         return value
+
+
+class _Stage(_PromptStage):
+    tool_config: ToolConfig | None = Field(
+        None, alias="toolConfig", description="Overrides the outer toolConfig; null clears it."
+    )
 
 
 class PlainStage(_Stage):
@@ -202,10 +208,55 @@ class PlanStage(_Stage):
         False,
         description="Wait for the user's approval of the plan (plan.approval, Submit) first.",
     )
+    max_tasks: int = Field(
+        10,
+        alias="maxTasks",
+        gt=0,
+        le=100,
+        description="The most tasks a plan may have; a larger plan is refused to the planner.",
+    )
 
 
 class ExecuteStage(_Stage):
     """PLAN_EXECUTE execution of each planned task."""
+
+    parallel: int = Field(
+        1,
+        gt=0,
+        le=16,
+        description=(
+            "How many tasks may run at once. 1: one after another, in plan order; more: the "
+            "tasks run as a graph of their dependsOn, each with its own conversation."
+        ),
+    )
+    max_rounds: int = Field(
+        10,
+        alias="maxRounds",
+        gt=0,
+        description="Tool rounds of one task at most; then the task is asked for its report.",
+    )
+
+
+class ReplanStage(_PromptStage):
+    """PLAN_EXECUTE replanner: after each task (wave), continue, revise or finish the plan."""
+
+    only_after_failure: bool = Field(
+        False,
+        alias="onlyAfterFailure",
+        description="Ask the replanner only after a task (wave) in which a task failed.",
+    )
+
+
+class VerifyStage(_PromptStage):
+    """PLAN_EXECUTE verifier: judges the results; `needsMorePlanning` plans again."""
+
+    max_rounds: int = Field(
+        3,
+        alias="maxRounds",
+        gt=0,
+        le=10,
+        description="Planning rounds at most (the first included) before the summary.",
+    )
 
 
 class SummaryStage(_Stage):
@@ -213,10 +264,12 @@ class SummaryStage(_Stage):
 
 
 class PlanExecuteConfig(_Strict):
-    """The stages of PLAN_EXECUTE; `plan` and `execute` are required, `summary` optional."""
+    """The stages of PLAN_EXECUTE; `plan` and `execute` are required, the others optional."""
 
     plan: PlanStage | None = None
     execute: ExecuteStage | None = None
+    replan: ReplanStage | None = None
+    verify: VerifyStage | None = None
     summary: SummaryStage | None = None
 
 
@@ -272,7 +325,8 @@ class ResolvedStage:
     """Everything one stage runs with.
 
     `planning_tools` are the fixed PLAN_EXECUTE tools of the stage (plan:
-    `_plan_add_tasks_`, execute: `_plan_update_task_`), added by the runner.
+    `_plan_add_tasks_`, execute: `_plan_update_task_`, replan: `_plan_decide_`,
+    verify: `_plan_verify_`), added by the runner.
     """
 
     name: StageName
@@ -285,14 +339,23 @@ class ResolvedStage:
 _MODE_STAGES: dict[str, tuple[StageName, ...]] = {
     "ONESHOT": ("plain",),
     "REACT": ("react",),
-    "PLAN_EXECUTE": ("plan", "execute", "summary"),
+    "PLAN_EXECUTE": ("plan", "execute", "replan", "verify", "summary"),
 }
+_OPTIONAL_STAGES: frozenset[StageName] = frozenset({"replan", "verify", "summary"})
 _STAGE_PATHS: dict[StageName, str] = {
     "plain": "plain",
     "react": "react",
     "plan": "planExecute.plan",
     "execute": "planExecute.execute",
+    "replan": "planExecute.replan",
+    "verify": "planExecute.verify",
     "summary": "planExecute.summary",
+}
+_PLANNING_TOOLS_OF: dict[StageName, tuple[str, ...]] = {
+    "plan": (PLAN_ADD_TASKS_TOOL,),
+    "execute": (PLAN_UPDATE_TASK_TOOL,),
+    "replan": (PLAN_DECIDE_TOOL,),
+    "verify": (PLAN_VERIFY_TOOL,),
 }
 
 
@@ -350,7 +413,7 @@ class AgentDefinition(_Strict):
             issues.append(
                 ("key", f"'{self.key}' must equal the file name '{file_key}' (or be omitted)")
             )
-        needed = [s for s in _MODE_STAGES[self.mode] if s != "summary"]
+        needed = [s for s in _MODE_STAGES[self.mode] if s not in _OPTIONAL_STAGES]
         for stage in needed:
             if self._stage_config(stage) is None:
                 issues.append(
@@ -383,8 +446,38 @@ class AgentDefinition(_Strict):
         return plan.deep_thinking if plan is not None else False
 
     @property
+    def plan_max_tasks(self) -> int:
+        """The most tasks a PLAN_EXECUTE plan may have (`planExecute.plan.maxTasks`)."""
+        plan = self.plan_execute.plan if self.plan_execute is not None else None
+        return plan.max_tasks if plan is not None else 10
+
+    @property
+    def plan_parallel(self) -> int:
+        """How many plan tasks may run at once (`planExecute.execute.parallel`, default 1)."""
+        execute = self.plan_execute.execute if self.plan_execute is not None else None
+        return execute.parallel if execute is not None else 1
+
+    @property
+    def task_max_rounds(self) -> int:
+        """Tool rounds of one plan task before it must report (`execute.maxRounds`)."""
+        execute = self.plan_execute.execute if self.plan_execute is not None else None
+        return execute.max_rounds if execute is not None else 10
+
+    @property
+    def replan_only_after_failure(self) -> bool:
+        """Whether the replanner is asked only after a failed or skipped task."""
+        replan = self.plan_execute.replan if self.plan_execute is not None else None
+        return replan.only_after_failure if replan is not None else False
+
+    @property
+    def verify_max_rounds(self) -> int:
+        """Planning rounds at most when a verifier is configured (`verify.maxRounds`)."""
+        verify = self.plan_execute.verify if self.plan_execute is not None else None
+        return verify.max_rounds if verify is not None else 1
+
+    @property
     def stage_names(self) -> tuple[StageName, ...]:
-        """The stages this agent's mode runs, in order (summary only when configured)."""
+        """The stages this agent's mode runs, in order (optional ones only when configured)."""
         return tuple(s for s in _MODE_STAGES[self.mode] if self._stage_config(s) is not None)
 
     def tool_names(self) -> list[str]:
@@ -410,30 +503,33 @@ class AgentDefinition(_Strict):
         config = self._stage_config(name)
         if config is None:
             raise LookupError(f"agent {self.key!r} has no {_STAGE_PATHS[name]!r} stage")
-        planning = {"plan": (PLAN_ADD_TASKS_TOOL,), "execute": (PLAN_UPDATE_TASK_TOOL,)}
         return ResolvedStage(
             name=name,
             system_prompt=config.system_prompt,
             model=_merge_models(self.model_config_, config.model_config_),
             tools=self._stage_tools(config),
-            planning_tools=planning.get(name, ()),
+            planning_tools=_PLANNING_TOOLS_OF.get(name, ()),
         )
 
-    def _stage_config(self, name: StageName) -> _Stage | None:
+    def _stage_config(self, name: StageName) -> _PromptStage | None:
         if name == "plain":
             return self.plain
         if name == "react":
             return self.react
         if self.plan_execute is None:
             return None
-        stages: dict[str, _Stage | None] = {
+        stages: dict[str, _PromptStage | None] = {
             "plan": self.plan_execute.plan,
             "execute": self.plan_execute.execute,
+            "replan": self.plan_execute.replan,
+            "verify": self.plan_execute.verify,
             "summary": self.plan_execute.summary,
         }
         return stages[name]
 
-    def _stage_tools(self, config: _Stage) -> ResolvedTools:
+    def _stage_tools(self, config: _PromptStage) -> ResolvedTools:
+        if not isinstance(config, _Stage):  # a stage with only its fixed planning tool
+            return ResolvedTools()
         tools = config.tool_config if "tool_config" in config.model_fields_set else self.tool_config
         if tools is None:
             return ResolvedTools()

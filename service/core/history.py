@@ -9,7 +9,11 @@ terminal event are kept; live-only events (heartbeats, debug, usage,
 `action.param`, which would re-trigger a client action) are dropped.
 
 `GetChat` rebuilds the same snapshot form from the stored records (see
-`replay`), so history read back equals what the live stream showed.
+`replay`), so history read back equals what the live stream showed. A step's
+events are those its messages replay as, and the events it keeps (`_events`);
+they follow each other as the step's `_at` positions say, or — in a run whose
+plan tasks streamed at the same time — they take the places in the run's history
+that the step's `_order` and `_pos` positions give.
 """
 
 from __future__ import annotations
@@ -148,16 +152,79 @@ def replay(records: list[Record]) -> list[Event]:
     """Rebuild the snapshot-form events of a chat from its stored records, seq from 1."""
     out: list[Event] = []
     first_query = True
+    run = _RunHistory("")
     for record in records:
         chat_id, run_id = str(record.get("chatId", "")), str(record.get("runId", ""))
+        if run_id != run.run_id:
+            out.extend(run.events())
+            run = _RunHistory(run_id)
         if record.get("_type") == "query":
             out.extend(_query_events(record, chat_id, run_id, first_query))
             first_query = False
             continue
-        out.extend(_step_events(record, chat_id, run_id))
+        terminal = run.add_step(record, chat_id)
+        if terminal is not None:
+            out.extend(run.events())
+            out.append(terminal)
+    out.extend(run.events())
     for seq, event in enumerate(out, 1):
         event.seq = seq
     return out
+
+
+def event_key(event: Event) -> str:
+    """What identifies a message-derived history event within its run."""
+    field = event.WhichOneof("payload") or ""
+    payload = getattr(event, field)
+    if field == "tool_result":
+        return "result:" + str(payload.tool_id)
+    if field == "action_result":
+        return "result:" + str(payload.action_id)
+    return "block:" + str(getattr(payload, _SNAPSHOT_ID[field]))
+
+
+_SNAPSHOT_ID = {
+    "reasoning_snapshot": "reasoning_id",
+    "content_snapshot": "content_id",
+    "tool_snapshot": "tool_id",
+    "action_snapshot": "action_id",
+}
+
+
+def message_events(message: Record) -> list[Event]:
+    """The history events a stored message replays as (envelope ids left empty)."""
+    return _message_events(message, "", "", "")
+
+
+class _RunHistory:
+    """The step events of one run, each at its position in the run's history."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._placed: list[tuple[int, int, Event]] = []  # (position, arrival, event)
+        self._next = 0  # the position of a step's next event when its record has none
+
+    def add_step(self, record: Record, chat_id: str) -> Event | None:
+        """Place the events of a step record; its terminal event, if it has one."""
+        placed = _step_events(record, chat_id, self.run_id)
+        for position, event in placed:
+            if position is None or position < 0:  # in the order of the step's record
+                position = self._next if position is None else max(self._next - 1, 0)
+            self._next = max(self._next, position + 1)
+            self._placed.append((position, len(self._placed), event))
+        end = record.get("_end")
+        if not isinstance(end, dict):
+            return None
+        terminal = Event()
+        json_format.ParseDict(end, terminal, ignore_unknown_fields=True)
+        terminal.chat_id, terminal.run_id = chat_id, self.run_id
+        return terminal
+
+    def events(self) -> list[Event]:
+        """The events placed so far, in history order (and forgotten)."""
+        ordered = [event for _, _, event in sorted(self._placed, key=lambda p: (p[0], p[1]))]
+        self._placed = []
+        return ordered
 
 
 def _envelope(event: Event, chat_id: str, run_id: str, ts: int, task_id: str = "") -> Event:
@@ -181,11 +248,24 @@ def _query_events(record: Record, chat_id: str, run_id: str, first: bool) -> lis
     return out
 
 
-def _step_events(record: Record, chat_id: str, run_id: str) -> list[Event]:
+def _step_events(record: Record, chat_id: str, run_id: str) -> list[tuple[int | None, Event]]:
+    """The events of a step (its terminal event aside), with their positions in the run.
+
+    A step without `_order` has none (None): its events follow each other, its kept
+    events placed among the message-derived ones by their `_at`.
+    """
     task_id = str(record.get("taskId") or "")
     derived: list[Event] = []
     for message in record.get("messages") or []:
         derived.extend(_message_events(message, chat_id, run_id, task_id))
+    order = record.get("_order")
+    if isinstance(order, list):
+        positions = [int(p) if isinstance(p, int) else -1 for p in order]
+        positions += [-1] * (len(derived) - len(positions))
+        placed: list[tuple[int | None, Event]] = list(zip(positions, derived, strict=False))
+        for stored in record.get("_events") or []:
+            placed.append((int(stored.get("_pos", -1)), _kept_event(stored, chat_id, run_id)))
+        return placed
     out: list[Event] = []
     kept = sorted(record.get("_events") or [], key=lambda e: int(e.get("_at", 0)))
     position = 0
@@ -193,19 +273,17 @@ def _step_events(record: Record, chat_id: str, run_id: str) -> list[Event]:
         at = int(stored.get("_at", 0))
         out.extend(derived[position:at])
         position = max(position, at)
-        event = Event()
-        data = {k: v for k, v in stored.items() if k != "_at"}
-        json_format.ParseDict(data, event, ignore_unknown_fields=True)
-        event.chat_id, event.run_id = chat_id, run_id
-        out.append(event)
+        out.append(_kept_event(stored, chat_id, run_id))
     out.extend(derived[position:])
-    end = record.get("_end")
-    if isinstance(end, dict):
-        terminal = Event()
-        json_format.ParseDict(end, terminal, ignore_unknown_fields=True)
-        terminal.chat_id, terminal.run_id = chat_id, run_id
-        out.append(terminal)
-    return out
+    return [(None, event) for event in out]
+
+
+def _kept_event(stored: Record, chat_id: str, run_id: str) -> Event:
+    event = Event()
+    data = {k: v for k, v in stored.items() if k not in ("_at", "_pos")}
+    json_format.ParseDict(data, event, ignore_unknown_fields=True)
+    event.chat_id, event.run_id = chat_id, run_id
+    return event
 
 
 def _text(parts: Any) -> str:

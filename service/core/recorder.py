@@ -11,6 +11,13 @@ can carry the run's terminal event (`_end`). Events that messages cannot
 express (plans, tasks, sources, submits) are kept in the step's `_events`,
 each with its position among the message-derived events, so that history
 replays exactly as it streamed (see `history.replay`).
+
+Plan tasks running at the same time stream into one run: their turns overlap,
+so each task has its own step waiting for its tool results, and a step's events
+are no longer contiguous in the run. From the first step whose events mix with
+another task's, the run's steps are recorded with positions instead: `_order`
+gives the position in the run's history of each event the step's messages
+replay as, and each kept event carries its `_pos`.
 """
 
 from __future__ import annotations
@@ -25,7 +32,14 @@ from typing import Any
 from service.core import events
 from service.core.commands import ANONYMOUS, Principal
 from service.core.events import Event
-from service.core.history import FROM_MESSAGES, FROM_RUN, event_to_json, snapshot_form
+from service.core.history import (
+    FROM_MESSAGES,
+    FROM_RUN,
+    event_key,
+    event_to_json,
+    message_events,
+    snapshot_form,
+)
 from service.core.model import ModelRequest
 from service.core.ports import ChatStore, Record
 from service.core.runstate import RunState
@@ -49,6 +63,7 @@ class Step:
     record: Record
     waiting: set[str] = field(default_factory=set)  # tool ids whose result is missing
     derived: int = 0  # message-derived history events accounted for so far
+    kept: list[tuple[int, int, Record]] = field(default_factory=list)  # (position, _at, event)
 
 
 class ChatRecorder:
@@ -72,9 +87,12 @@ class ChatRecorder:
         self._system: str | None = None
         self._stage = ""
         self._user_written = False
-        self._waiting: Step | None = None
+        self._waiting: dict[str, Step] = {}  # per plan task ("": the run), its open step
         self._held: Step | None = None
         self._slice_start = 0  # index in run.log where the next step's events begin
+        self._position = 0  # position in the run's history of the next history event
+        self._positions: dict[str, int] = {}  # event_key -> position, of message-derived events
+        self._positional = False  # steps carry positions (tasks' events interleave)
         self._actions: set[str] = set()
         self._shown_content: set[str] = set()
         self._tool_info: dict[str, Record] = {}
@@ -107,8 +125,9 @@ class ChatRecorder:
     # Observers -----------------------------------------------------------------
 
     def _on_turn(self, request: ModelRequest, result: TurnResult) -> None:
-        if self._waiting is not None:  # a new turn began before all results came in
-            self._complete(self._waiting)
+        previous = self._waiting.pop(result.task_id, None)
+        if previous is not None:  # a new turn began before all results came in
+            self._complete(previous)
         system = ""
         if request.messages and request.messages[0].get("role") == "system":
             system = str(request.messages[0].get("content") or "")
@@ -126,7 +145,7 @@ class ChatRecorder:
         record["messages"] = self._turn_messages(result)
         step = Step(record, {c.id for c in result.tool_calls})
         if step.waiting:
-            self._waiting = step
+            self._waiting[result.task_id] = step
         else:
             self._complete(step)
 
@@ -210,20 +229,21 @@ class ChatRecorder:
             self._tool_info[start.tool_id] = info
         elif field_name in ("tool_result", "action_result"):
             self._add_result(event, field_name)
-        elif field_name in ("plan_create", "plan_update"):
-            payload = event.plan_create if field_name == "plan_create" else event.plan_update
+        elif field_name in ("plan_create", "plan_update", "plan_revise"):
+            payload = getattr(event, field_name)
             self._plan = {"planId": payload.plan_id, **events.to_dict(payload.plan)}
         elif field_name in ("run_complete", "run_error", "run_cancel"):
             self._finish(event)
 
     def _add_result(self, event: Event, field_name: str) -> None:
-        step = self._waiting
         if field_name == "tool_result":
             tool_id, result = event.tool_result.tool_id, event.tool_result.result
         else:
             tool_id, result = event.action_result.action_id, event.action_result.result
-        if step is None or tool_id not in step.waiting:
+        owner = next((k for k, s in self._waiting.items() if tool_id in s.waiting), None)
+        if owner is None:
             return
+        step = self._waiting[owner]
         value: Any = events.from_value(result)
         is_json = not isinstance(value, str)
         calls = {
@@ -250,7 +270,7 @@ class ChatRecorder:
         step.record["messages"].append(message)
         step.waiting.discard(tool_id)
         if not step.waiting:
-            self._waiting = None
+            del self._waiting[owner]
             self._complete(step)
 
     # Steps -------------------------------------------------------------------------
@@ -265,28 +285,38 @@ class ChatRecorder:
         """Keep the step's events that messages cannot express, with their positions."""
         log_slice = self.run.log[self._slice_start :]
         self._slice_start = len(self.run.log)
-        kept: list[Record] = []
-        for event in snapshot_form(log_slice):
-            field_name = event.WhichOneof("payload")
-            if field_name in FROM_MESSAGES:
+        history = [e for e in snapshot_form(log_slice) if e.WhichOneof("payload") not in FROM_RUN]
+        task_id = step.record.get("taskId", "")
+        if any(e.WhichOneof("payload") in FROM_MESSAGES and e.task_id != task_id for e in history):
+            self._positional = True  # another task's turn streamed within this step's
+        for event in history:
+            position, self._position = self._position, self._position + 1
+            if event.WhichOneof("payload") in FROM_MESSAGES:
+                self._positions[event_key(event)] = position
                 step.derived += 1
-            elif field_name not in FROM_RUN:
-                kept.append({"_at": step.derived, **event_to_json(event)})
-        if kept:
-            step.record.setdefault("_events", []).extend(kept)
+            else:
+                step.kept.append((position, step.derived, event_to_json(event)))
 
     def _write(self, step: Step) -> None:
         self._seq += 1
         step.record["_seq"] = self._seq
         step.record["updatedAt"] = now_ms()
+        if self._positional:  # positions in the run's history (see the module docstring)
+            derived = [e for m in step.record["messages"] for e in message_events(m)]
+            step.record["_order"] = [self._positions.get(event_key(e), -1) for e in derived]
+            kept = [{"_pos": position, **event} for position, _, event in step.kept]
+        else:
+            kept = [{"_at": at, **event} for _, at, event in step.kept]
+        if kept:
+            step.record["_events"] = kept
         if self._plan is not None and self._plan != self._written_plan:
             step.record["plan"] = self._written_plan = self._plan  # the plan as of this step
         self._send([step.record])
 
     def _finish(self, terminal: Event) -> None:
-        if self._waiting is not None:
-            self._complete(self._waiting)  # calls left without a result
-            self._waiting = None
+        for waiting in list(self._waiting.values()):
+            self._complete(waiting)  # calls left without a result
+        self._waiting.clear()
         step = self._held
         if step is None:  # the run ended before any model turn: keep its user message
             step = Step(

@@ -11,15 +11,23 @@ the wording of the prompts it is sent:
 
       {"calls": [{"tool": "city_datetime"}, {"tool": "mock_city_weather"}],
        "plan": [{"task": "Find the local time", "calls": [{"tool": "city_datetime"}]}],
+       "replan": [{"decision": "revise", "reason": "...", "plan": [...]}],
+       "verify": [{"verdict": "needsMorePlanning", "improvements": ["..."], "plan": [...]}],
        "answer": "The text of the final answer."}
 
   `calls`: the tool calls to make, one per turn and in order, before answering
   (ONESHOT, REACT). Each call's `arguments` are optional: fields left out are filled
   from the tool's JSON Schema and the user's message. `plan` (PLAN_EXECUTE): the tasks
   recorded with `_plan_add_tasks_` (written out as a draft when the plan stage asks for
-  text first); in the execute stage the current task is the one the last user message
-  names last: it makes its `calls`, then reports with `_plan_update_task_` and the
-  results. `answer`: the final answer, instead of a summary of the tool results.
+  text first), each optionally with its `dependsOn`, `expectedOutput` and
+  `requiredTools`; in the execute stage the current task is the one the last user
+  message names last (of every task of the script): it makes its `calls`, then reports
+  with `_plan_update_task_` and the results. `replan`: the replanner's decisions with
+  `_plan_decide_`, in order (then: continue); a `revise` gives its new tasks in `plan`.
+  `verify`: the verifier's verdicts with `_plan_verify_`, in order (then: pass); after
+  a `needsMorePlanning`, the next planning round records its `plan`. The rounds are
+  counted by the demo's earlier calls of each tool in the request's messages.
+  `answer`: the final answer, instead of a summary of the tool results.
 
 Without a script the demo calls each offered tool once, in order, then sums up the
 results; a plan has two general tasks, each calling the first tool offered.
@@ -34,10 +42,20 @@ from datetime import date
 from typing import Any
 
 from service.builtins.city_datetime import CITY_ZONES
-from service.core.agents import PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL
+from service.core.agents import (
+    PLAN_ADD_TASKS_TOOL,
+    PLAN_DECIDE_TOOL,
+    PLAN_UPDATE_TASK_TOOL,
+    PLAN_VERIFY_TOOL,
+)
 
 DEFAULT_CITY = "Shanghai"
 GENERAL_TASKS = ("Work out the answer to the request", "Check the answer and note it")
+DEFAULT_REASONS = {
+    "continue": "The remaining steps still fit.",
+    "revise": "Another way suits this better.",
+    "finish": "All that was asked is known now.",
+}
 
 Message = dict[str, Any]
 
@@ -56,10 +74,43 @@ class ToolUse:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One scripted plan task and the calls that carry it out."""
+    """One scripted plan task, the calls that carry it out, and how it is planned."""
 
     description: str
     calls: tuple[ToolUse, ...] = ()
+    depends_on: tuple[str | int, ...] = ()
+    expected_output: str = ""
+    required_tools: tuple[str, ...] = ()
+
+    def planned(self) -> dict[str, Any]:
+        """The task as the demo records it in a planning call."""
+        out: dict[str, Any] = {"description": self.description}
+        if self.depends_on:
+            out["dependsOn"] = list(self.depends_on)
+        if self.expected_output:
+            out["expectedOutput"] = self.expected_output
+        if self.required_tools:
+            out["requiredTools"] = list(self.required_tools)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One scripted decision of the replanner."""
+
+    decision: str
+    reason: str = ""
+    plan: tuple[Task, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One scripted verdict of the verifier, and the tasks of the planning round it asks for."""
+
+    verdict: str
+    improvements: tuple[str, ...] = ()
+    reason: str = ""
+    plan: tuple[Task, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +120,8 @@ class Script:
     calls: tuple[ToolUse, ...] | None = None
     plan: tuple[Task, ...] = ()
     answer: str = ""
+    replan: tuple[Decision, ...] = ()
+    verify: tuple[Verdict, ...] = ()
 
     @classmethod
     def parse(cls, raw: Any) -> Script:
@@ -76,15 +129,31 @@ class Script:
         if raw is None:
             return cls()
         data = _object(raw, "script")
-        unknown = sorted(set(data) - {"calls", "plan", "answer"})
+        unknown = sorted(set(data) - {"calls", "plan", "answer", "replan", "verify"})
         if unknown:
             raise ScriptError(f"demo script: unknown field(s) {', '.join(unknown)}")
         calls = _uses(data["calls"], "calls") if "calls" in data else None
-        plan = tuple(_task(item, f"plan[{i}]") for i, item in enumerate(_list(data, "plan")))
+        plan = _tasks(data, "plan", "plan")
         answer = data.get("answer", "")
         if not isinstance(answer, str):
             raise ScriptError("demo script: answer must be a string")
-        return cls(calls, plan, answer)
+        replan = tuple(_decision(d, f"replan[{i}]") for i, d in enumerate(_list(data, "replan")))
+        verify = tuple(_verdict(v, f"verify[{i}]") for i, v in enumerate(_list(data, "verify")))
+        return cls(calls, plan, answer, replan, verify)
+
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task of the script: the plan's, the revisions', the later rounds'."""
+        return (
+            self.plan
+            + tuple(t for d in self.replan for t in d.plan)
+            + tuple(t for v in self.verify for t in v.plan)
+        )
+
+    def round_plan(self, index: int) -> tuple[Task, ...]:
+        """The tasks of planning round `index` (0: the first; then after each verdict)."""
+        if 0 < index <= len(self.verify) and self.verify[index - 1].plan:
+            return self.verify[index - 1].plan
+        return self.plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +182,14 @@ def decide(body: dict[str, Any], script: Script) -> Call | Answer | None:
         if isinstance(t, dict) and isinstance(t.get("function"), dict)
     }
     choice = body.get("tool_choice") or "auto"
+    earlier = _called(body.get("messages") or [])
     if tools and choice != "none":
-        picked = _choose(tools, choice, since, request, script)
+        picked = _choose(tools, choice, since, request, script, earlier)
         if picked is not None:
             return picked
     if PLAN_ADD_TASKS_TOOL in tools:  # the plan as text first
-        listed = "\n".join(f"{i}. {t}" for i, t in enumerate(_descriptions(script), 1))
+        descriptions = _descriptions(script, earlier.count(PLAN_ADD_TASKS_TOOL))
+        listed = "\n".join(f"{i}. {t}" for i, t in enumerate(descriptions, 1))
         return Answer(f"My plan:\n{listed}", "Let me plan the steps.")
     results = [m for m in since if m.get("role") == "tool"]
     thought = f"I have {len(results)} tool result(s) to sum up."
@@ -134,20 +205,30 @@ def decide(body: dict[str, Any], script: Script) -> Call | Answer | None:
 
 
 def _choose(
-    tools: dict[str, Message], choice: Any, since: list[Message], request: str, script: Script
+    tools: dict[str, Message],
+    choice: Any,
+    since: list[Message],
+    request: str,
+    script: Script,
+    earlier: list[str],
 ) -> Call | None:
-    """The call to make, or None to answer instead."""
+    """The call to make, or None to answer instead; `earlier`: the tools called so far."""
     forced = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     if forced == PLAN_UPDATE_TASK_TOOL:
         return Call(forced, _report(since))
     if forced in tools:
         return _call(tools, ToolUse(forced), request, since)
     if PLAN_ADD_TASKS_TOOL in tools:
-        tasks = [{"description": d} for d in _descriptions(script)]
+        planned = script.round_plan(earlier.count(PLAN_ADD_TASKS_TOOL))
+        tasks = [t.planned() for t in planned] or [{"description": d} for d in GENERAL_TASKS]
         return Call(PLAN_ADD_TASKS_TOOL, {"tasks": tasks})
+    if PLAN_DECIDE_TOOL in tools:
+        return Call(PLAN_DECIDE_TOOL, _decide(script, earlier.count(PLAN_DECIDE_TOOL)))
+    if PLAN_VERIFY_TOOL in tools:
+        return Call(PLAN_VERIFY_TOOL, _verdict_of(script, earlier.count(PLAN_VERIFY_TOOL)))
     ordinary = [name for name in tools if name != PLAN_UPDATE_TASK_TOOL]
     if PLAN_UPDATE_TASK_TOOL in tools:
-        task = _current_task(script.plan, request)
+        task = _current_task(script.tasks(), request)
         uses = list(task.calls) if task else [ToolUse(ordinary[0])] if ordinary else []
     elif script.calls is not None:
         uses = list(script.calls)
@@ -171,8 +252,42 @@ def _call(tools: dict[str, Message], use: ToolUse, request: str, since: list[Mes
     return Call(use.tool, use.arguments or filled)
 
 
-def _descriptions(script: Script) -> list[str]:
-    return [task.description for task in script.plan] or list(GENERAL_TASKS)
+def _descriptions(script: Script, planning_round: int = 0) -> list[str]:
+    return [task.description for task in script.round_plan(planning_round)] or list(GENERAL_TASKS)
+
+
+def _called(messages: list[Message]) -> list[str]:
+    """The names of the tools called in the request's assistant messages, in order."""
+    return [
+        str((call.get("function") or {}).get("name", ""))
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+
+
+def _decide(script: Script, index: int) -> dict[str, Any]:
+    """The arguments of the replanner's decision number `index` (from 0)."""
+    step = script.replan[index] if index < len(script.replan) else Decision("continue")
+    out: dict[str, Any] = {
+        "decision": step.decision,
+        "reason": step.reason or DEFAULT_REASONS[step.decision],
+    }
+    if step.decision == "revise":
+        out["tasks"] = [task.planned() for task in step.plan]
+    return out
+
+
+def _verdict_of(script: Script, index: int) -> dict[str, Any]:
+    """The arguments of the verifier's verdict number `index` (from 0)."""
+    step = script.verify[index] if index < len(script.verify) else Verdict("pass")
+    out: dict[str, Any] = {"verdict": step.verdict}
+    if step.improvements:
+        out["improvements"] = list(step.improvements)
+    if step.reason:
+        out["reason"] = step.reason
+    return out
 
 
 def _current_task(plan: tuple[Task, ...], text: str) -> Task | None:
@@ -273,9 +388,56 @@ def _uses(value: Any, where: str) -> tuple[ToolUse, ...]:
     return tuple(uses)
 
 
+def _tasks(data: dict[str, Any], key: str, where: str) -> tuple[Task, ...]:
+    return tuple(_task(item, f"{where}[{i}]") for i, item in enumerate(_list(data, key)))
+
+
 def _task(value: Any, where: str) -> Task:
     data = _object(value, where)
     description = data.get("task")
     if not isinstance(description, str) or not description.strip():
         raise ScriptError(f"demo script: {where}.task must be a non-empty string")
-    return Task(description.strip(), _uses(data.get("calls", []), f"{where}.calls"))
+    depends = data.get("dependsOn", [])
+    if not isinstance(depends, list) or not all(
+        isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool)) for d in depends
+    ):
+        raise ScriptError(f"demo script: {where}.dependsOn must be a list of ids or positions")
+    expected = data.get("expectedOutput", "")
+    if not isinstance(expected, str):
+        raise ScriptError(f"demo script: {where}.expectedOutput must be text")
+    tools = data.get("requiredTools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise ScriptError(f"demo script: {where}.requiredTools must be a list of tool names")
+    calls = _uses(data.get("calls", []), f"{where}.calls")
+    return Task(description.strip(), calls, tuple(depends), expected, tuple(tools))
+
+
+def _decision(value: Any, where: str) -> Decision:
+    data = _object(value, where)
+    decision = data.get("decision")
+    if decision not in DEFAULT_REASONS:
+        raise ScriptError(f"demo script: {where}.decision must be continue, revise or finish")
+    reason = data.get("reason", "")
+    if not isinstance(reason, str):
+        raise ScriptError(f"demo script: {where}.reason must be text")
+    plan = _tasks(data, "plan", f"{where}.plan")
+    if decision == "revise" and not plan:
+        raise ScriptError(f"demo script: {where}.plan must list the tasks of the revision")
+    return Decision(decision, reason, plan)
+
+
+def _verdict(value: Any, where: str) -> Verdict:
+    data = _object(value, where)
+    verdict = data.get("verdict")
+    if verdict not in ("pass", "needsMorePlanning"):
+        raise ScriptError(f"demo script: {where}.verdict must be pass or needsMorePlanning")
+    improvements = data.get("improvements", [])
+    if not isinstance(improvements, list) or not all(isinstance(i, str) for i in improvements):
+        raise ScriptError(f"demo script: {where}.improvements must be a list of strings")
+    if verdict == "needsMorePlanning" and not improvements:
+        raise ScriptError(f"demo script: {where}.improvements must name what is missing")
+    reason = data.get("reason", "")
+    if not isinstance(reason, str):
+        raise ScriptError(f"demo script: {where}.reason must be text")
+    plan = _tasks(data, "plan", f"{where}.plan")
+    return Verdict(verdict, tuple(improvements), reason, plan)

@@ -92,6 +92,52 @@ def test_plan_execute_stages_and_planning_tools() -> None:
     assert agent.stage("summary").planning_tools == ()
 
 
+def test_plan_execute_parallel_replan_and_verify_options() -> None:
+    agent = parse(PLAN)
+    assert (agent.plan_max_tasks, agent.plan_parallel, agent.task_max_rounds) == (10, 1, 10)
+    assert (agent.replan_only_after_failure, agent.verify_max_rounds) == (False, 1)
+    stages = {
+        "plan": {"systemPrompt": "Plan.", "maxTasks": 4},
+        "execute": {"systemPrompt": "Do.", "parallel": 3, "maxRounds": 2},
+        "replan": {"systemPrompt": "Review.", "onlyAfterFailure": True},
+        "verify": {"systemPrompt": "Check.", "maxRounds": 2, "modelConfig": {"model": "judge"}},
+    }
+    agent = parse({**PLAN, "toolConfig": {"backends": ["echo"]}, "planExecute": stages})
+    assert (agent.plan_max_tasks, agent.plan_parallel, agent.task_max_rounds) == (4, 3, 2)
+    assert (agent.replan_only_after_failure, agent.verify_max_rounds) == (True, 2)
+    assert agent.stage_names == ("plan", "execute", "replan", "verify")
+    replan, verify = agent.stage("replan"), agent.stage("verify")
+    assert (replan.planning_tools, verify.planning_tools) == (
+        ("_plan_decide_",),
+        ("_plan_verify_",),
+    )
+    assert replan.tools == verify.tools == ResolvedTools()  # only their fixed tool
+    assert agent.stage("execute").tools == ResolvedTools(backends=("echo",))
+    assert (replan.system_prompt, verify.model.model) == ("Review.", "judge")
+    assert agent.tool_names() == ["echo"]
+
+
+def test_plan_execute_option_errors_name_the_field() -> None:
+    stages = {
+        "plan": {"systemPrompt": "Plan.", "maxTasks": 0},
+        "execute": {"systemPrompt": "Do.", "parallel": 17},
+        "replan": {"systemPrompt": " ", "toolConfig": None},
+        "verify": {"systemPrompt": "Check.", "maxRounds": 0},
+    }
+    assert error_of({**PLAN, "planExecute": stages}) == (
+        "agent.json: planExecute.plan.maxTasks: Input should be greater than 0 (got 0); "
+        "planExecute.execute.parallel: Input should be less than or equal to 16 (got 17); "
+        "planExecute.replan.systemPrompt: must not be empty; "
+        "planExecute.replan.toolConfig: unknown key (did you mean 'modelConfig'?); "
+        "planExecute.verify.maxRounds: Input should be greater than 0 (got 0)"
+    )
+    named = {**ONESHOT, "toolConfig": {"backends": ["_plan_decide_", "_plan_verify_"]}}
+    assert error_of(named) == (
+        "agent.json: toolConfig.backends[0]: '_plan_decide_' is a planning tool the runner adds "
+        "itself; toolConfig.backends[1]: '_plan_verify_' is a planning tool the runner adds itself"
+    )
+
+
 def test_full_spec_example_with_policy_overrides() -> None:
     agent = parse(
         {
@@ -465,9 +511,12 @@ def test_shipped_examples_all_load() -> None:
         "demo_action",
         "demo_frontend",
         "demo_oneshot",
+        "demo_parallel",
         "demo_plain",
         "demo_plan",
         "demo_react",
+        "demo_replan",
+        "demo_verify",
     ]
     for agent in agents.values():
         assert agent.json_schema_ref == f"./{SCHEMA_FILE_NAME}"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from service.core.tools.planning import PLANNING_DEFINITIONS
 from service.providers import loopback as lb
 from service.providers.demo import demo_responder
 from service.providers.demo_tools import (
@@ -28,11 +29,13 @@ DEMO_MODULES = sorted((ROOT / "service" / "providers").glob("demo*.py"))
 ALLOWED_CORE_IMPORTS = {
     ("service.core.agents", "PLAN_ADD_TASKS_TOOL"),
     ("service.core.agents", "PLAN_UPDATE_TASK_TOOL"),
+    ("service.core.agents", "PLAN_DECIDE_TOOL"),
+    ("service.core.agents", "PLAN_VERIFY_TOOL"),
 }
 #: The core modules that write what the model reads: prompts, briefs, instructions, results.
 CORE = ROOT / "service" / "core"
 PROMPT_MODULES = [
-    *sorted((CORE / "modes").glob("*.py")),
+    *sorted((CORE / "modes").rglob("*.py")),
     CORE / "policies.py",
     *(CORE / "tools" / f"{name}.py" for name in ("planning", "conversation", "registry")),
     *(CORE / "tools" / f"{name}.py" for name in ("executor", "guards", "permissions")),
@@ -71,21 +74,40 @@ def test_the_demo_imports_nothing_of_the_core_but_the_planning_tool_names() -> N
                 assert names <= ALLOWED_CORE_IMPORTS, f"{path.name} imports {names}"
 
 
+def _vocabulary(schema: Any) -> set[str]:
+    """The property names and enum values of a JSON Schema, at every depth."""
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        found |= set(schema.get("properties") or {})
+        found |= {v for v in schema.get("enum") or [] if isinstance(v, str)}
+        for value in schema.values():
+            found |= _vocabulary(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            found |= _vocabulary(value)
+    return found
+
+
+#: The planning tools' argument names and values: structure both sides speak, not prompt text.
+VOCABULARY = {word for d in PLANNING_DEFINITIONS.values() for word in _vocabulary(d.parameters)}
+
+
 def test_the_demo_matches_no_prompt_text_of_the_core() -> None:
     """No literal of the demo is (part of) a text the core sends the model, or contains one."""
     core = [
         " ".join(text.split())
         for path in PROMPT_MODULES
         for text in _texts(path)
-        if len(text.strip()) >= 12
+        if len(text.strip()) >= 12 and text not in VOCABULARY
     ]
     demo = [
         " ".join(text.split())
         for path in DEMO_MODULES
         for text in _texts(path)
-        if len(text.strip()) >= 12
+        if len(text.strip()) >= 12 and text not in VOCABULARY
     ]
     assert demo and len(core) > 20
+    assert all(word.isidentifier() for word in VOCABULARY)  # names, never sentences
     shared = [(d, c) for d in demo for c in core if d in c or c in d]
     assert shared == []
 
@@ -102,6 +124,8 @@ CITY = fn("city_datetime", city={"type": "string"})
 WEATHER = fn("mock_city_weather", city={"type": "string"}, date={"type": "string"})
 PLAN = fn("_plan_add_tasks_", tasks={"type": "array"})
 REPORT = fn("_plan_update_task_", taskId={"type": "string"}, status={"type": "string"})
+DECIDE = fn("_plan_decide_", decision={"type": "string"})
+VERIFY = fn("_plan_verify_", verdict={"type": "string"})
 
 
 def body(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -228,9 +252,103 @@ def test_a_task_makes_the_calls_of_the_task_named_last_then_reports() -> None:
     )
 
 
+ROUNDS = Script.parse(
+    {
+        "plan": [
+            {"task": "Find a", "expectedOutput": "a", "requiredTools": ["city_datetime"]},
+            {"task": "Use a", "dependsOn": [1]},
+        ],
+        "replan": [
+            {"decision": "revise", "reason": "Try b.", "plan": [{"task": "Find b"}]},
+            {"decision": "finish"},
+        ],
+        "verify": [
+            {"verdict": "needsMorePlanning", "improvements": ["c"], "plan": [{"task": "Find c"}]},
+            {"verdict": "pass", "reason": "All there."},
+        ],
+    }
+)
+
+
+def test_the_planner_records_the_round_of_its_earlier_calls() -> None:
+    record = body(user("Go"), tools=[PLAN], tool_choice="required")
+    assert decide(record, ROUNDS) == Call(
+        "_plan_add_tasks_",
+        {
+            "tasks": [
+                {
+                    "description": "Find a",
+                    "expectedOutput": "a",
+                    "requiredTools": ["city_datetime"],
+                },
+                {"description": "Use a", "dependsOn": [1]},
+            ]
+        },
+    )
+    again = body(
+        user("Go"), *called("_plan_add_tasks_", {}), user("More"), tools=[PLAN], tool_choice="none"
+    )
+    assert decide(again, ROUNDS) == Answer("My plan:\n1. Find c", "Let me plan the steps.")
+    later = {**again, "tool_choice": "required"}
+    assert decide(later, ROUNDS) == Call("_plan_add_tasks_", {"tasks": [{"description": "Find c"}]})
+
+
+def test_the_replanner_and_the_verifier_play_their_script_in_order() -> None:
+    first = body(user("Plan so far"), tools=[DECIDE], tool_choice="required")
+    assert decide(first, ROUNDS) == Call(
+        "_plan_decide_",
+        {"decision": "revise", "reason": "Try b.", "tasks": [{"description": "Find b"}]},
+    )
+    second = body(user("Plan"), *called("_plan_decide_", {}), user("Now"), tools=[DECIDE])
+    assert decide(second, ROUNDS) == Call(
+        "_plan_decide_", {"decision": "finish", "reason": "All that was asked is known now."}
+    )
+    third = {**second, "messages": second["messages"] + called("_plan_decide_", {})}
+    assert decide(third, ROUNDS) == Call(
+        "_plan_decide_", {"decision": "continue", "reason": "The remaining steps still fit."}
+    )
+    check = body(user("Results"), tools=[VERIFY], tool_choice="required")
+    assert decide(check, ROUNDS) == Call(
+        "_plan_verify_", {"verdict": "needsMorePlanning", "improvements": ["c"]}
+    )
+    recheck = body(user("Results"), *called("_plan_verify_", {}), user("Again"), tools=[VERIFY])
+    assert decide(recheck, ROUNDS) == Call(
+        "_plan_verify_", {"verdict": "pass", "reason": "All there."}
+    )
+    assert decide(recheck, Script()) == Call("_plan_verify_", {"verdict": "pass"})
+
+
+def test_a_task_of_a_later_round_makes_its_calls_too() -> None:
+    script = Script.parse(
+        {
+            "plan": [{"task": "Find a"}],
+            "verify": [
+                {
+                    "verdict": "needsMorePlanning",
+                    "improvements": ["b"],
+                    "plan": [{"task": "Find the time", "calls": [{"tool": "city_datetime"}]}],
+                }
+            ],
+        }
+    )
+    brief = user("Plan: Find a; Find the time.\nNow: Find the time in Paris")
+    assert decide(body(brief, tools=[CITY, REPORT]), script) == Call(
+        "city_datetime", {"city": "Paris"}
+    )
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
+        ({"plan": [{"task": "a", "dependsOn": [None]}]}, r"plan\[0\].dependsOn must be a list"),
+        ({"plan": [{"task": "a", "expectedOutput": 1}]}, r"plan\[0\].expectedOutput must be"),
+        ({"plan": [{"task": "a", "requiredTools": "x"}]}, r"plan\[0\].requiredTools must be"),
+        ({"replan": [{"decision": "stop"}]}, r"replan\[0\].decision must be continue, revise"),
+        ({"replan": [{"decision": "revise"}]}, r"replan\[0\].plan must list the tasks"),
+        ({"replan": [{"decision": "finish", "reason": 1}]}, r"replan\[0\].reason must be"),
+        ({"verify": [{"verdict": "fail"}]}, r"verify\[0\].verdict must be pass or"),
+        ({"verify": [{"verdict": "needsMorePlanning"}]}, r"verify\[0\].improvements must name"),
+        ({"verify": {}}, "verify must be a list"),
         ([], "script must be an object"),
         ({"call": []}, r"unknown field\(s\) call"),
         ({"calls": {}}, "calls must be a list"),

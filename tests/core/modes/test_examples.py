@@ -12,9 +12,11 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
+from service.core.history import snapshot_form
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
 from tests.core.tools.kit import answer_turn, assert_invariants, kinds, result_of
@@ -25,6 +27,9 @@ EXPECTED = {
     "demo_plain": {"content.start"},
     "demo_react": {"tool.result", "reasoning.start"},
     "demo_plan": {"plan.create", "task.start", "task.complete", "plan.update", "tool.result"},
+    "demo_parallel": {"plan.create", "task.start", "task.complete", "reasoning.start"},
+    "demo_replan": {"plan.create", "plan.revise", "task.complete"},
+    "demo_verify": {"plan.create", "plan.revise", "task.complete"},
     "demo_frontend": {"request.submit", "tool.result"},
     "demo_action": {"action.param", "action.result"},
 }
@@ -120,6 +125,79 @@ async def test_the_plan_example_runs_its_scripted_tasks(demo: Harness) -> None:
     assert completed[1].startswith(f"city: Paris, date: {local['date']}, condition: ")
     answer = "".join(e.content_delta.delta for e in events if e.type == "content.delta")
     assert answer.endswith("The weather is demo data, not a real forecast.")
+
+
+def comparable(events: list) -> list[dict]:
+    out = []
+    for event in events:
+        data = json_format.MessageToDict(event)
+        data.pop("seq", None)
+        data.pop("timestamp", None)
+        out.append(data)
+    return out
+
+
+async def test_the_parallel_example_runs_its_lookups_at_once_then_compares(
+    demo: Harness,
+) -> None:
+    events = await demo.query("demo_parallel", "Compare Paris and Tokyo")
+    assert events[-1].type == "run.complete"
+    tasks = [(e.type, e.task_id) for e in events if e.type in ("task.start", "task.complete")]
+    lookups = ["task_1", "task_2", "task_3", "task_4"]
+    assert tasks[:4] == [("task.start", t) for t in lookups]  # all four before any ends
+    assert sorted(tasks[4:8]) == [("task.complete", t) for t in lookups]
+    assert tasks[8:] == [("task.start", "task_5"), ("task.complete", "task_5")]
+    ordinary = sorted((n, a["city"]) for n, a in calls_of(events) if not n.startswith("_plan_"))
+    assert ordinary == [
+        ("city_datetime", "Paris"),
+        ("city_datetime", "Tokyo"),
+        ("mock_city_weather", "Paris"),
+        ("mock_city_weather", "Tokyo"),
+    ]
+    await demo.app.frontdoor.flush()
+    reply = await demo.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
+    assert comparable(reply.events) == comparable(snapshot_form(events))
+
+
+async def test_the_replan_example_revises_then_finishes_early(demo: Harness) -> None:
+    events = await demo.query("demo_replan", "Weather in Paris tonight?")
+    revisions = [e.plan_revise for e in events if e.type == "plan.revise"]
+    assert [r.decision for r in revisions] == [pb.PLAN_DECISION_REVISE, pb.PLAN_DECISION_FINISH]
+    final = [(t.task_id, t.status) for t in revisions[-1].plan.tasks]
+    assert final == [
+        ("task_1", pb.TASK_STATUS_COMPLETED),
+        ("task_2", pb.TASK_STATUS_CANCELED),
+        ("task_3", pb.TASK_STATUS_COMPLETED),
+        ("task_4", pb.TASK_STATUS_CANCELED),
+    ]
+    results = [result_of(e) for e in events if e.type == "tool.result"]
+    local, weather = [r for r in results if isinstance(r, dict) and "city" in r]
+    assert weather["date"] == local["date"]
+    assert events[-1].type == "run.complete"
+
+
+async def test_the_verify_example_plans_a_second_round_then_passes(demo: Harness) -> None:
+    events = await demo.query("demo_verify", "Weather in Paris?")
+    verdicts = [json.loads(a)["verdict"] for n, a in _raw_calls(events) if n == "_plan_verify_"]
+    assert verdicts == ["needsMorePlanning", "pass"]
+    [revise] = [e.plan_revise for e in events if e.type == "plan.revise"]
+    assert revise.reason == "The request asks about the weather too: get it for the local date."
+    assert [e.task_start.description for e in events if e.type == "task.start"] == [
+        "Find the local date and time of the city",
+        "Get the weather of the city on that date",
+    ]
+    assert events[-1].type == "run.complete"
+
+
+def _raw_calls(events: list) -> list[tuple[str, str]]:
+    """(tool name, arguments text) of each tool call of a run, in order."""
+    names = {e.tool_start.tool_id: e.tool_start.tool_name for e in events if e.type == "tool.start"}
+    arguments: dict[str, str] = {}
+    for event in events:
+        if event.type == "tool.args":
+            tool_id = event.tool_args.tool_id
+            arguments[tool_id] = arguments.get(tool_id, "") + event.tool_args.delta
+    return [(names[tool_id], text) for tool_id, text in arguments.items()]
 
 
 async def test_a_configured_provider_does_not_get_the_demo_script(tmp_path: Path) -> None:
