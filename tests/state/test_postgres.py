@@ -297,6 +297,15 @@ async def test_a_writer_killed_with_sigkill_leaves_only_whole_appends(
     await asyncio.sleep(0.05 + 0.1 * trial)
     process.send_signal(signal.SIGKILL)
     await process.wait()
+    # The server may still commit a transaction the killed client had sent: wait until the
+    # chats stop changing before looking at them.
+    seen: list[int] = []
+    for _ in range(50):
+        counts = [len(await store.read(f"w{k}")) for k in range(4)]
+        if counts == seen:
+            break
+        seen = counts
+        await asyncio.sleep(0.1)
     for chat_id in ("w0", "w1", "w2", "w3"):
         records = await store.read(chat_id)
         batches = [r["batch"] for r in records]
