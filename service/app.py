@@ -102,6 +102,12 @@ class App:
             run_log_ttl_s=settings.run_archive_ttl_s,
             wait_timeout_s=settings.frontend_wait_timeout_s,
             submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
+            redis_url=settings.redis_url.get_secret_value(),
+            replica_id=settings.replica_id,
+            lease_ttl_s=settings.redis_lease_ttl_s,
+            stream_ttl_s=settings.redis_stream_ttl_s,
+            stream_maxlen=settings.redis_stream_maxlen,
+            reply_timeout_s=settings.redis_reply_timeout_s,
         )
         self.chats = state.CHAT_STORES[settings.chat_store](options)
         self.bus = state.RUN_BUSES[settings.run_bus](options)

@@ -7,6 +7,7 @@
 | RunLog | `files` | one file per ended run (`service/state/run_files.py`), the default |
 | RunLog | `memory` | in-process |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
+| RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
 
 Adding a backend is a new module here and one line in the tables below; the
 settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`).
@@ -16,7 +17,7 @@ Factories take plain values (`StateOptions`), never the settings object.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunLog
@@ -24,6 +25,7 @@ from service.core.waits import Waits
 from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.redis_bus import RedisRunBus
 from service.state.run_files import FileRunLog
 
 
@@ -37,6 +39,14 @@ class StateOptions:
     run_log_ttl_s: float = 86400.0
     wait_timeout_s: float = 300.0
     submit_payload_limit_bytes: int = 256 * 1024
+    # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
+    # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    replica_id: str = ""
+    lease_ttl_s: float = 10.0
+    stream_ttl_s: float = 600.0
+    stream_maxlen: int = 100_000
+    reply_timeout_s: float = 5.0
 
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
@@ -49,8 +59,21 @@ RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
 }
 
+
+def _waits(o: StateOptions) -> Waits:
+    return Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes)
+
+
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {
-    "local": lambda o: LocalRunBus(
-        Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes)
+    "local": lambda o: LocalRunBus(_waits(o)),
+    "redis": lambda o: RedisRunBus(
+        o.redis_url,
+        replica_id=o.replica_id,
+        waits=_waits(o),
+        lease_ttl_s=o.lease_ttl_s,
+        stream_ttl_s=o.stream_ttl_s,
+        lost_ttl_s=o.run_log_ttl_s,
+        stream_maxlen=o.stream_maxlen,
+        reply_timeout_s=o.reply_timeout_s,
     ),
 }
