@@ -2,175 +2,87 @@
 
 The replica that executes a run (its *owner*) keeps it in memory as the
 in-process bus does, and publishes every event of it to Redis; every other
-replica reads the run from there. The keys, under a prefix (`agw:`):
+replica reads the run from there. The keys and scripts are in
+`redis_scripts.py`: per run a stream of its events (entry id `0-<seq>`), a meta
+hash (chat, owner principal, owner replica, status, fence token) and a lease;
+per chat its active run (claimed with SET NX) and a settling mark; per replica
+a liveness key and an inbox.
 
-| key | type | what |
-|---|---|---|
-| `run:{id}:events` | stream | the run's events: id `0-<seq>`, field `e` = the `agw.v1.Event` |
-| `run:{id}:meta` | hash | `chat`, `tenant`, `subject`, `replica` (the owner), `status`, `fence` |
-| `run:{id}:lease` | string | `<replica>:<fence>`, expiring: the owner is alive |
-| `runs:active` | set | the ids of the runs not ended (what the janitors look at) |
-| `chat:{id}:active` | string | the chat's active run (taken with SET NX) |
-| `chat:{id}:settling` | string | the chat's last ended run, until its records are durable |
-| `replica:{id}:alive` | string | expiring: the replica is up |
-| `replica:{id}:inbox` | list | Submit and Cancel requests for the runs of that replica |
-| `reply:{uuid}` | list | the one answer to one request |
+*Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
+and appends what waits, every run's events in one pipelined round trip, with a
+script that first checks the run's fence. The terminal event's append also
+marks the run ended, frees the chat (marking it settling until `settled`) and
+gives the stream and meta their expiry. Another replica follows a run through
+a mirror (`redis_streams.Mirror`): the stream as read so far (`XRANGE`), then
+filled by the replica's one reader, which waits on every followed stream at
+once (`XREAD BLOCK`); a stream-borne wake-up adds a newly followed run.
 
-Status goes `running` → `ended` (the terminal event is appended), or
-`running` → `lost` → `ended` when the owner was lost.
-
-*Events.* One publisher task per run drains the run's appended events (it
-observes the run's `EventLog`, so the run and its local followers never wait
-for Redis) and appends them in order, a batch per round trip, with a Lua
-script that first checks the run's fence token. The terminal event's batch also
-marks the run ended, frees the chat (marking it settling) and gives the stream
-and the meta their expiry. A follower elsewhere reads the stream from
-`after_seq` with `XRANGE`, then waits with `XREAD BLOCK`, to the terminal event.
-
-*Owner failure.* The owner renews each live run's lease every third of its
-time to live. A follower that sees no progress for a while, a query meeting the
-chat's active run, a Submit or Cancel, and each replica's janitor (every
-lease period, over `runs:active`) check the lease; when it has expired, one of
-them declares the owner lost atomically (the lease is gone and the run not
-ended: the fence is incremented, the status is `lost`, the declarer holds the
-lease), replays the stream to find the blocks still open, and appends their
-`*.end`s and a terminal `run.error` with reason `OWNER_LOST` — with the new
-fence, and only if the stream still ends where it read it. A declarer that dies
-in between lets its lease expire, and the next one does it again. The old
-owner, if it comes back, has its appends and renewals refused by the fence: it
-cancels its run (reason "fenced") and writes nothing more of it.
+*Owner failure.* The owner renews the lease of each live run every third of
+its time to live. The reader (for a followed run that made no progress for a
+quarter of the lease), a query meeting the chat's active run, a Submit or a
+Cancel, `wait_ended`, and each replica's janitor (every lease period, over the
+runs not ended) check the lease; when it has expired, one of them declares the
+owner lost atomically (the lease is gone and the run has not ended: the fence
+is incremented, the status is `lost`, the declarer holds the lease), replays
+the stream to find the blocks still open, and appends their `*.end`s and a
+terminal `run.error` with reason `OWNER_LOST` — with the new fence, and only if
+the stream still ends where it read it. A declarer that dies in between lets
+its lease expire and another one does it again. An owner that comes back has
+its appends and renewals refused by the fence: it cancels its run (reason
+"fenced") and writes nothing more of it (`RunState.fenced`).
 
 *Submit and Cancel* for a run of another replica go to that replica's inbox
-with a reply key; the owner applies them as the in-process bus would and pushes
-the answer. An owner that does not answer within the reply time-out: when its
-lease has expired, the run is ended as lost (Submit answers `EXPIRED`, Cancel
-True); otherwise the call is refused with `OWNER_LOST` (UNAVAILABLE: retry).
+with a reply key, and a key saying the request is still wanted; the owner takes
+that key, applies the request as the in-process bus would, and pushes the
+answer. When the owner does not answer within the reply time-out, the caller
+takes the key back (a request given up on is never applied later): if the
+owner's lease has expired the run is ended as lost (Submit answers `EXPIRED`,
+Cancel True); otherwise the call is refused with `OWNER_LOST` (UNAVAILABLE:
+nothing was done; retry).
 
-A single Redis server (or primary) is assumed, not Redis Cluster: scripts
-reach keys they compute.
+A single Redis server (or primary) is assumed, not Redis Cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
 import socket
 import time
-import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.typing import KeyT, StreamIdT
 
 from service.core import events
 from service.core.commands import Principal, SubmitCommand, SubmitResult
 from service.core.errors import STATUS_OF, AgwError, Conflict, OwnerLost
 from service.core.eventlog import Emitter
-from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
+from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
 from service.core.ids import valid_run_id
 from service.core.ports import RunRef
 from service.core.runstate import RunState
 from service.core.waits import Waits
+from service.state import redis_scripts as scripts
+from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
+from service.state.redis_streams import Mirror, Outbox, Owned
 
 log = logging.getLogger("agw.bus")
 
-RUNNING, LOST, ENDED = "running", "lost", "ended"
-MAX_BATCH = 256  # events appended per round trip
-READ_COUNT = 512  # events read per round trip
+READ_COUNT = 512  # events read per stream and round trip
 SETTLE_MARK_S = 30.0  # a settling mark outlives an owner that died before settling
 SETTLE_WAIT_S = 10.0  # a new run waits at most this long for the chat's last run to settle
-
-# Registers a run: claims its chat, or returns the chat's active run id.
-# KEYS: claim, meta, lease, active set; ARGV: run, chat, tenant, subject, replica, lease ms
-REGISTER = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') == false then
-  return redis.call('GET', KEYS[1])
-end
-redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
-  'replica', ARGV[5], 'status', 'running', 'fence', 1)
-redis.call('SET', KEYS[3], ARGV[5] .. ':1', 'PX', ARGV[6])
-redis.call('SADD', KEYS[4], ARGV[1])
-return ''
-"""
-
-# Appends events (seq, bytes pairs) if the fence holds (0 otherwise), skipping those
-# already there; -1 when the stream does not end at the expected seq (ARGV[4], '' for
-# any). With an end time-to-live (ARGV[5] > 0) the run ends: status, expiries, lease,
-# active set, and the chat claim (if still the run's) freed and marked settling (ARGV[6] ms).
-# KEYS: meta, events, lease, active set, claim, settling
-# ARGV: fence, maxlen, run, expected last seq, end ttl ms, settle ms, seq1, data1, ...
-APPEND = """
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
-local top = 0
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last > 0 then top = tonumber(string.sub(last[1][1], 3)) end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= top then return -1 end
-for i = 7, #ARGV, 2 do
-  if tonumber(ARGV[i]) > top then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
-  end
-end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('HSET', KEYS[1], 'status', 'ended')
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[4], ARGV[3])
-  if redis.call('GET', KEYS[5]) == ARGV[3] then
-    redis.call('DEL', KEYS[5])
-    if tonumber(ARGV[6]) > 0 then redis.call('SET', KEYS[6], ARGV[3], 'PX', ARGV[6]) end
-  end
-end
-return 1
-"""
-
-# Renews a lease while the fence holds (1), else 0. KEYS: meta, lease; ARGV: fence, value, ms
-RENEW = """
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return 1
-"""
-
-# Declares the owner of a run lost: its lease is gone and it has not ended. Returns the
-# new fence (the declarer now holds the lease), or 0. KEYS: meta, lease, active set;
-# ARGV: run, declaring replica, lease ms
-DECLARE = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local status = redis.call('HGET', KEYS[1], 'status')
-if status == false then
-  redis.call('SREM', KEYS[3], ARGV[1])
-  return 0
-end
-if status ~= 'running' and status ~= 'lost' then return 0 end
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], 'status', 'lost')
-redis.call('SET', KEYS[2], ARGV[2] .. ':' .. fence, 'PX', ARGV[3])
-return fence
-"""
-
-# The chat's active run: {run, chat, tenant, subject, status, leased}, or nil.
-# KEYS: claim; ARGV: key prefix
-ACTIVE = """
-local run = redis.call('GET', KEYS[1])
-if not run then return false end
-local meta = redis.call('HMGET', ARGV[1] .. 'run:' .. run .. ':meta',
-  'chat', 'tenant', 'subject', 'status')
-local leased = redis.call('EXISTS', ARGV[1] .. 'run:' .. run .. ':lease')
-return {run, meta[1], meta[2], meta[3], meta[4], leased}
-"""
-
-# Deletes KEYS[1] if its value is ARGV[1].
-COMPARE_DELETE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+INBOX_POLL_S = 1.0  # an inbox is read with BLPOP for this long at a time
+MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
+#: Why a lost run's tools stopped waiting.
+GONE = "the run ended: the replica executing it was lost"
 
 
 def default_replica_id() -> str:
@@ -193,26 +105,7 @@ def _events_of(entries: Any) -> list[Event]:
     return [Event.FromString(fields[b"e"]) for _entry_id, fields in entries]
 
 
-def _is_terminal(event: Event) -> bool:
-    return event.WhichOneof("payload") in TERMINALS
-
-
-@dataclass(slots=True)
-class _Owned:
-    """A run this replica executes: its fence token and its publisher."""
-
-    run: RunState
-    fence: int
-    publisher: _Publisher | None = None
-    fenced: bool = False
-
-    @property
-    def live(self) -> bool:
-        """Whether its lease is still to be renewed."""
-        return not self.fenced and not (self.publisher is not None and self.publisher.finished)
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Meta:
     """A run as its meta hash describes it."""
 
@@ -221,105 +114,10 @@ class _Meta:
     owner: Principal
     replica: str
     status: str
-    fence: int = 0
 
     @property
     def ref(self) -> RunRef:
         return RunRef(self.run_id, self.chat_id, self.owner, running=self.status != ENDED)
-
-
-class _Publisher:
-    """Appends one run's events to its stream, in order, a batch per round trip."""
-
-    def __init__(self, bus: RedisRunBus, owned: _Owned) -> None:
-        self._bus = bus
-        self._owned = owned
-        self._pending: list[Event] = []
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self.finished = False  # the terminal event is appended, or the run was fenced
-        self.task = asyncio.create_task(self._run(), name=f"publish-{owned.run.run_id}")
-
-    def push(self, event: Event) -> None:
-        """Queue an appended event (the run's log calls this, synchronously, in order)."""
-        if self.finished:
-            return
-        self._pending.append(event)
-        self._drained.clear()
-        self._wake.set()
-
-    async def drained(self, timeout_s: float) -> bool:
-        """Wait until what was pushed so far is appended; False on time-out."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._drained.wait()
-        except TimeoutError:
-            return False
-        return True
-
-    async def _run(self) -> None:
-        backoff = 0.05
-        try:
-            while not self.finished:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._pending and not self.finished:
-                    await self._bus.writable()
-                    batch = self._pending[:MAX_BATCH]
-                    try:
-                        appended = await self._bus.append_events(self._owned, batch)
-                    except (RedisError, OSError) as error:
-                        log.warning("run %s: cannot publish (%s)", self._owned.run.run_id, error)
-                        await asyncio.sleep(backoff)
-                        backoff = min(backoff * 2, 2.0)
-                        continue
-                    backoff = 0.05
-                    del self._pending[: len(batch)]
-                    if not appended:
-                        self.finished = True
-                        self._bus.fence(self._owned)
-                    elif _is_terminal(batch[-1]):
-                        self.finished = True
-                if not self._pending:
-                    self._drained.set()
-        finally:
-            self._drained.set()
-
-
-@dataclass(slots=True)
-class _Keys:
-    """The key names, under a prefix."""
-
-    prefix: str
-
-    def events(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:events"
-
-    def meta(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:meta"
-
-    def lease(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:lease"
-
-    @property
-    def active(self) -> str:
-        return f"{self.prefix}runs:active"
-
-    def claim(self, chat_id: str) -> str:
-        return f"{self.prefix}chat:{chat_id}:active"
-
-    def settling(self, chat_id: str) -> str:
-        return f"{self.prefix}chat:{chat_id}:settling"
-
-    def alive(self, replica: str) -> str:
-        return f"{self.prefix}replica:{replica}:alive"
-
-    def inbox(self, replica: str) -> str:
-        return f"{self.prefix}replica:{replica}:inbox"
-
-    def reply(self) -> str:
-        return f"{self.prefix}reply:{uuid.uuid4().hex}"
 
 
 #: The errors an owner may answer a forwarded Submit with, by reason.
@@ -354,17 +152,22 @@ class RedisRunBus:
         self.lost_ttl_s = max(lost_ttl_s, stream_ttl_s)
         self.stream_maxlen = stream_maxlen
         self.reply_timeout_s = reply_timeout_s
-        self.keys = _Keys(prefix)
-        self.redis = aioredis.Redis.from_url(url, protocol=2)  # connects on first use
-        self._register = self.redis.register_script(REGISTER)
-        self._append = self.redis.register_script(APPEND)
-        self._renew = self.redis.register_script(RENEW)
-        self._declare = self.redis.register_script(DECLARE)
-        self._active = self.redis.register_script(ACTIVE)
-        self._compare_delete = self.redis.register_script(COMPARE_DELETE)
-        self._runs: dict[str, _Owned] = {}
+        self.keys = Keys(prefix)
+        # Reads may block for a while (XREAD BLOCK, BLPOP): the socket time-out is beyond them.
+        timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
+        self.redis = aioredis.Redis.from_url(url, protocol=2, socket_timeout=timeout)
+        self._register = self.redis.register_script(scripts.REGISTER)
+        self._append = self.redis.register_script(scripts.APPEND)
+        self._renew = self.redis.register_script(scripts.RENEW)
+        self._declare = self.redis.register_script(scripts.DECLARE)
+        self._active = self.redis.register_script(scripts.ACTIVE)
+        self._compare_delete = self.redis.register_script(scripts.COMPARE_DELETE)
+        self._runs: dict[str, Owned] = {}
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
+        self._mirrors: dict[str, Mirror] = {}
+        self._outbox = Outbox(self._append_batches, self._fence, self.writable)
         self._loops: list[asyncio.Task[None]] = []
+        self._declaring: set[asyncio.Task[bool]] = set()
         self._resumed = asyncio.Event()
         self._resumed.set()
 
@@ -374,23 +177,38 @@ class RedisRunBus:
     def wait_timeout_s(self) -> float:
         return self.waits.timeout_s
 
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, round(self.lease_ttl_s * 1000))
+
+    @property
+    def _check_s(self) -> float:
+        """How long a followed run may make no progress before its owner is checked."""
+        return self.lease_ttl_s / 4
+
     async def open(self) -> None:
         await self.redis.set(self.keys.alive(self.replica_id), "1", px=self._lease_ms)
+        for script in (scripts.APPEND, scripts.RENEW):  # called with EVALSHA in pipelines
+            await self.redis.script_load(script)
+        self._outbox.start()
         self._loops = [
             asyncio.create_task(self._renew_leases(), name=f"leases-{self.replica_id}"),
             asyncio.create_task(self._serve_inbox(), name=f"inbox-{self.replica_id}"),
             asyncio.create_task(self._janitor(), name=f"janitor-{self.replica_id}"),
+            asyncio.create_task(self._read_mirrors(), name=f"reader-{self.replica_id}"),
         ]
         log.info("run bus on Redis as replica %s", self.replica_id)
 
     async def close(self) -> None:
-        tasks = self._loops + [
-            o.publisher.task for o in self._runs.values() if o.publisher is not None
-        ]
+        tasks = [*self._loops, *self._declaring]
+        if self._outbox.task is not None:
+            tasks.append(self._outbox.task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._loops = []
+        for mirror in self._mirrors.values():
+            mirror.finish()
         try:
             await self.redis.delete(self.keys.alive(self.replica_id))
         except (RedisError, OSError) as error:
@@ -408,10 +226,6 @@ class RedisRunBus:
     async def writable(self) -> None:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
-
-    @property
-    def _lease_ms(self) -> int:
-        return max(1, round(self.lease_ttl_s * 1000))
 
     # -- the owner's side --------------------------------------------------------------
 
@@ -436,9 +250,8 @@ class RedisRunBus:
                 )
             )
             if not clash:
-                owned = _Owned(run, fence=1)
-                owned.publisher = _Publisher(self, owned)
-                run.log.observe(owned.publisher.push)
+                owned = Owned(run, fence=1)
+                run.log.observe(functools.partial(self._outbox.push, owned))
                 self._runs[run.run_id] = owned
                 self._freed[run.run_id] = asyncio.Event()
                 return None
@@ -447,10 +260,9 @@ class RedisRunBus:
                 return active
         raise Conflict(f"chat {run.chat_id!r} changed hands too often; retry", chat_id=run.chat_id)
 
-    async def append_events(self, owned: _Owned, batch: Sequence[Event]) -> bool:
-        """Append `batch` to the run's stream under its fence; False when fenced out."""
+    def _append_args(self, owned: Owned, batch: Sequence[Event]) -> list[Any]:
         run = owned.run
-        terminal = bool(batch) and _is_terminal(batch[-1])
+        terminal = bool(batch) and batch[-1].WhichOneof("payload") in events.TERMINALS
         args: list[Any] = [
             owned.fence,
             self.stream_maxlen,
@@ -461,26 +273,27 @@ class RedisRunBus:
         ]
         for event in batch:
             args += [event.seq, event.SerializeToString()]
-        appended = await self._append(keys=self._append_keys(run.run_id, run.chat_id), args=args)
-        return int(appended) == 1
+        return args
 
-    def _append_keys(self, run_id: str, chat_id: str) -> list[str]:
-        keys = self.keys
-        return [
-            keys.meta(run_id),
-            keys.events(run_id),
-            keys.lease(run_id),
-            keys.active,
-            keys.claim(chat_id),
-            keys.settling(chat_id),
-        ]
+    async def _append_batches(self, batches: Sequence[tuple[Owned, list[Event]]]) -> list[object]:
+        """Append each run's batch under its fence, all in one round trip (the outbox's)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for owned, batch in batches:
+            keys = self.keys.appending(owned.run.run_id, owned.run.chat_id)
+            pipe.evalsha(self._append.sha, len(keys), *keys, *self._append_args(owned, batch))
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(result, NoScriptError) for result in results):
+            await self.redis.script_load(scripts.APPEND)  # the server lost its scripts
+        return [r if isinstance(r, Exception) else int(r) == 1 for r in results]
 
-    def fence(self, owned: _Owned) -> None:
+    def _fence(self, owned: Owned) -> None:
         """Another replica declared this one lost for the run: stop it here, write nothing."""
         if owned.fenced:
             return
         owned.fenced = True
         owned.run.fenced = True
+        owned.pending.clear()
+        owned.drained.set()
         log.warning(
             "run %s was taken over by another replica (this one was declared lost); "
             "cancelling it here",
@@ -493,18 +306,21 @@ class RedisRunBus:
 
     async def ended(self, run: RunState) -> None:
         owned = self._runs.get(run.run_id)
-        if owned is not None and not owned.fenced and owned.publisher is not None:
-            await owned.publisher.drained(self.reply_timeout_s)
-            if not owned.publisher.finished and not owned.fenced:  # no terminal event went out
-                ttl = round(self.stream_ttl_s * 1000)
+        if owned is not None and owned.live:
+            await owned.wait_drained(self.reply_timeout_s)
+            if owned.live:  # no terminal event went out (the run never started)
                 await self._append(
-                    keys=self._append_keys(run.run_id, run.chat_id),
-                    args=[owned.fence, self.stream_maxlen, run.run_id, "", ttl, 0],
+                    keys=self.keys.appending(run.run_id, run.chat_id),
+                    args=[owned.fence, self.stream_maxlen, run.run_id, "", self._end_ms, 0],
                 )
-                owned.publisher.finished = True
+                owned.published_end = True
         freed = self._freed.pop(run.run_id, None)
         if freed is not None:
             freed.set()
+
+    @property
+    def _end_ms(self) -> int:
+        return round(self.stream_ttl_s * 1000)
 
     async def settled(self, run: RunState) -> None:
         owned = self._runs.get(run.run_id)
@@ -516,9 +332,7 @@ class RedisRunBus:
         freed = self._freed.pop(run_id, None)
         if freed is not None:
             freed.set()
-        owned = self._runs.pop(run_id, None)
-        if owned is not None and owned.publisher is not None and not owned.publisher.task.done():
-            owned.publisher.task.cancel()
+        self._runs.pop(run_id, None)
         self.waits.forget(run_id)
 
     def local(self, run_id: str) -> RunState | None:
@@ -535,6 +349,7 @@ class RedisRunBus:
 
     async def _renew_leases(self) -> None:
         """Renew the leases of the live runs, and this replica's liveness, every ttl/3."""
+        renew = self._renew.sha
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             await self.writable()
@@ -544,28 +359,33 @@ class RedisRunBus:
                 pipe.set(self.keys.alive(self.replica_id), "1", px=self._lease_ms)
                 for o in owned:
                     run_id = o.run.run_id
-                    await self._renew(
-                        keys=[self.keys.meta(run_id), self.keys.lease(run_id)],
-                        args=[o.fence, f"{self.replica_id}:{o.fence}", self._lease_ms],
-                        client=pipe,
-                    )
-                results = await pipe.execute()
+                    lease = f"{self.replica_id}:{o.fence}"
+                    keys = (self.keys.meta(run_id), self.keys.lease(run_id))
+                    pipe.evalsha(renew, 2, *keys, o.fence, lease, self._lease_ms)
+                results = await pipe.execute(raise_on_error=False)
             except (RedisError, OSError) as error:
                 log.warning("cannot renew the leases of %d runs (%s)", len(owned), error)
                 continue
+            if any(isinstance(result, NoScriptError) for result in results):
+                await self.redis.script_load(scripts.RENEW)
+                continue
             for o, renewed in zip(owned, results[1:], strict=True):
-                if not int(renewed):
-                    self.fence(o)
+                if isinstance(renewed, Exception):
+                    log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
+                elif not int(renewed):
+                    self._fence(o)
 
     async def _serve_inbox(self) -> None:
         """Apply the Submits and Cancels other replicas send for the runs of this one."""
         inbox = self.keys.inbox(self.replica_id)
         while True:
             try:
-                item = await self.redis.blpop([inbox], timeout=0)
+                item = await self.redis.blpop([inbox], timeout=INBOX_POLL_S)
                 if item is None:
                     continue
                 request = orjson.loads(item[1])
+                if not await self.redis.delete(request["want"]):
+                    continue  # its caller gave up on it
                 answer = self._answer(request)
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.rpush(request["reply"], orjson.dumps(answer))
@@ -619,7 +439,7 @@ class RedisRunBus:
     def waiting(self, run_id: str) -> list[str]:
         return self.waits.waiting(run_id)
 
-    # -- anyone's side -----------------------------------------------------------------
+    # -- anyone's side: finding and following ------------------------------------------
 
     async def _meta(self, run_id: str) -> _Meta | None:
         if not valid_run_id(run_id):
@@ -634,7 +454,6 @@ class RedisRunBus:
             Principal(fields.get("tenant", ""), fields.get("subject", "")),
             fields.get("replica", ""),
             fields.get("status", ""),
-            int(fields.get("fence") or 0),
         )
 
     async def find(self, run_id: str) -> RunRef | None:
@@ -649,21 +468,14 @@ class RedisRunBus:
             found = await self._active(keys=[self.keys.claim(chat_id)], args=[self.keys.prefix])
             if not found:
                 return None
-            run_id, chat, tenant, subject, status, leased = (
-                _text(found[0]),
-                _text(found[1]),
-                _text(found[2]),
-                _text(found[3]),
-                _text(found[4]),
-                int(found[5]),
-            )
+            run_id, chat, tenant, subject, status = (_text(value) for value in found[:5])
             run = self._here(run_id)
             if run is not None:
                 return ref(run)
             if not status:  # the claim outlived its run's meta: drop it
                 await self._compare_delete(keys=[self.keys.claim(chat_id)], args=[run_id])
                 continue
-            if status != ENDED and not leased and await self.declare_lost(run_id):
+            if status != ENDED and not int(found[5]) and await self.declare_lost(run_id):
                 continue  # its owner was lost: the run is ended and the chat freed
             return RunRef(run_id, chat, Principal(tenant, subject), running=status != ENDED)
         return None
@@ -701,42 +513,95 @@ class RedisRunBus:
         run = self._here(run_id)
         if run is not None:
             return run.follow(after_seq)
-        if await self._meta(run_id) is None:
-            return None
-        return self._follow_stream(run_id, after_seq)
+        mirror = await self._mirror(run_id)
+        return mirror.follow(after_seq) if mirror is not None else None
 
-    async def _follow_stream(self, run_id: str, after_seq: int) -> AsyncGenerator[Event, None]:
-        """The run's stream after `after_seq` to its terminal event; the owner is watched."""
-        stream = self.keys.events(run_id)
-        last = max(after_seq, 0)
-        block_ms = max(1, round(self.lease_ttl_s * 250))  # a quarter of the lease
-        catch_up = True
+    async def _mirror(self, run_id: str) -> Mirror | None:
+        """The run of another replica as this one follows it (read so far); None: unknown."""
+        mirror = self._mirrors.get(run_id)
+        if mirror is not None or not valid_run_id(run_id):
+            return mirror
+        pipe = self.redis.pipeline(transaction=True)  # what is there, and the status, at once
+        pipe.xrange(self.keys.events(run_id))
+        pipe.hget(self.keys.meta(run_id), "status")
+        entries, status = await pipe.execute()
+        if status is None and not entries:
+            return None
+        mirror = self._mirrors.get(run_id)  # made by another follower meanwhile
+        if mirror is not None:
+            return mirror
+        done = status is None or _text(status) == ENDED
+        mirror = Mirror(run_id, _events_of(entries), done)
+        mirror.on_idle = self._idle_mirror
+        self._mirrors[run_id] = mirror
+        if not mirror.done:
+            wake = self.keys.wake(self.replica_id)
+            await self.redis.xadd(wake, {"run": run_id}, maxlen=16, approximate=True)
+        return mirror
+
+    def _idle_mirror(self, mirror: Mirror) -> None:
+        if mirror.done:  # a run still going keeps its mirror a while, for re-attaching
+            self._drop_mirror(mirror)
+
+    def _drop_mirror(self, mirror: Mirror) -> None:
+        if self._mirrors.get(mirror.run_id) is mirror:
+            del self._mirrors[mirror.run_id]
+
+    async def _read_mirrors(self) -> None:
+        """Fill the mirrors: one `XREAD BLOCK` on every followed stream and the wake-up one."""
+        wake = self.keys.wake(self.replica_id)
+        woken: StreamIdT = "0-0"
+        block_ms = max(1, round(self._check_s * 1000))
         while True:
-            if catch_up:  # read what is there, and the run's state, at one instant
-                pipe = self.redis.pipeline(transaction=True)
-                pipe.xrange(stream, min=f"(0-{last}", max="+", count=READ_COUNT)
-                pipe.hget(self.keys.meta(run_id), "status")
-                pipe.exists(self.keys.lease(run_id))
-                entries, status, leased = await pipe.execute()
-                if not entries:
-                    if status is None or _text(status) == ENDED:
-                        return  # nothing after `last`, and nothing more will come
-                    if not leased:
-                        await self.declare_lost(run_id)
-                        continue
-                    catch_up = False
-            else:
-                position: dict[KeyT, StreamIdT] = {stream: f"0-{last}"}
-                reply: Any = await self.redis.xread(position, count=READ_COUNT, block=block_ms)
-                if not reply:
-                    catch_up = True  # no progress for a while: look at the owner
-                    continue
-                entries = reply[0][1]
-            for event in _events_of(entries):
-                last = event.seq
-                yield event
-                if _is_terminal(event):
-                    return
+            try:
+                await self._check_mirrors()
+                live = {self.keys.events(m.run_id): m for m in self._mirrors.values() if not m.done}
+                streams: dict[KeyT, StreamIdT] = {k: f"0-{m.last}" for k, m in live.items()}
+                streams[wake] = woken
+                reply: Any = await self.redis.xread(streams, count=READ_COUNT, block=block_ms)
+            except (RedisError, OSError) as error:
+                log.warning("reader of replica %s: %s", self.replica_id, error)
+                await asyncio.sleep(0.2)
+                continue
+            for name, entries in reply or ():
+                key = _text(name)
+                if key == wake:
+                    woken = entries[-1][0]
+                elif (mirror := live.get(key)) is not None:
+                    mirror.extend(_events_of(entries))
+
+    async def _check_mirrors(self) -> None:
+        """Look at the owners of the followed runs that made no progress for a while, and
+        drop the mirrors nobody followed for a while."""
+        now = time.monotonic()
+        for mirror in list(self._mirrors.values()):
+            unfollowed = mirror.followers == 0 and now - mirror.idle_since > MIRROR_LINGER_S
+            if unfollowed or (mirror.done and now - mirror.progress_at > MIRROR_LINGER_S):
+                self._drop_mirror(mirror)  # a reader still on a mirror that is done keeps it
+        stalled = [
+            m for m in self._mirrors.values() if not m.done and now - m.progress_at >= self._check_s
+        ]
+        if not stalled:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        for mirror in stalled:
+            pipe.xrange(self.keys.events(mirror.run_id), min=f"(0-{mirror.last}", count=1)
+            pipe.hget(self.keys.meta(mirror.run_id), "status")
+            pipe.exists(self.keys.lease(mirror.run_id))
+        results = await pipe.execute()
+        for n, mirror in enumerate(stalled):
+            entries, status, leased = results[3 * n : 3 * n + 3]
+            mirror.progress_at = now
+            if entries:
+                continue  # the next read brings them
+            if status is None or _text(status) == ENDED:
+                mirror.finish()  # nothing after what was read, and nothing more will come
+            elif not leased:
+                task = asyncio.create_task(self.declare_lost(mirror.run_id))
+                self._declaring.add(task)
+                task.add_done_callback(self._declaring.discard)
+
+    # -- owner failure -----------------------------------------------------------------
 
     async def declare_lost(self, run_id: str) -> bool:
         """End the run as lost when its owner's lease expired; True when this replica did."""
@@ -757,14 +622,15 @@ class RedisRunBus:
         args: list[Any] = [fence, self.stream_maxlen, run_id, top, round(self.lost_ttl_s * 1000), 0]
         for event in closing:
             args += [event.seq, event.SerializeToString()]
-        appended = int(await self._append(keys=self._append_keys(run_id, meta.chat_id), args=args))
-        if appended == 1:
+        keys = self.keys.appending(run_id, meta.chat_id)
+        appended = int(await self._append(keys=keys, args=args)) == 1
+        if appended:
             log.warning(
                 "run %s: replica %s was lost (its lease expired); ended the run as OWNER_LOST",
                 run_id,
                 meta.replica,
             )
-        return appended == 1
+        return appended
 
     async def _janitor(self) -> None:
         """End the runs whose owner was lost, also those nobody follows, every lease period."""
@@ -798,8 +664,9 @@ class RedisRunBus:
             or meta.owner != command.principal
         ):
             return self.waits.submit(command, run_known=False)
+        gone = SubmitResult("EXPIRED", f"tool {command.tool_id!r} stopped waiting ({GONE})")
         if meta.status == LOST or (meta.status == RUNNING and await self._lost(meta)):
-            return SubmitResult("EXPIRED", f"tool {command.tool_id!r} stopped waiting ({GONE})")
+            return gone
         if not await self.redis.exists(self.keys.alive(meta.replica)):  # ended, owner gone
             return SubmitResult("EXPIRED", f"tool {command.tool_id!r} stopped waiting (run ended)")
         request = {
@@ -816,7 +683,7 @@ class RedisRunBus:
         answer = await self._ask(meta, request)
         if answer is None:
             if await self._lost(meta):
-                return SubmitResult("EXPIRED", f"tool {command.tool_id!r} stopped waiting ({GONE})")
+                return gone
             raise self._unanswered(meta)
         if "error" in answer:
             error = answer["error"]
@@ -857,25 +724,30 @@ class RedisRunBus:
         )
 
     async def _ask(self, meta: _Meta, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Send `request` to the run's owner and wait for its answer; None on time-out."""
+        """Send `request` to the run's owner and wait for its answer; None on time-out.
+
+        The request is wanted (a key) until the caller gives up: the owner takes the key
+        before applying it, so a request given up on is never applied later.
+        """
         reply = self.keys.reply()
-        data = orjson.dumps({**request, "reply": reply}).decode()
+        want = f"{reply}:want"
+        data = orjson.dumps({**request, "reply": reply, "want": want})
         inbox = self.keys.inbox(meta.replica)
+        wait_ms = round(self.reply_timeout_s * 1000)
         pipe = self.redis.pipeline(transaction=True)
+        pipe.set(want, "1", px=wait_ms)
         pipe.rpush(inbox, data)
-        pipe.pexpire(inbox, round(self.reply_timeout_s * 4000))
+        pipe.pexpire(inbox, 4 * wait_ms)
         await pipe.execute()
         got = await self.redis.blpop([reply], timeout=self.reply_timeout_s)
         if got is None:
-            if await self.redis.lrem(inbox, 1, data):
-                log.warning("replica %s did not take a request in time", meta.replica)
-            return None
+            if await self.redis.delete(want):
+                return None  # never taken: nothing was done
+            got = await self.redis.blpop([reply], timeout=self.reply_timeout_s)  # on its way
+            if got is None:
+                return None
         answer: dict[str, Any] = orjson.loads(got[1])
         return answer
-
-
-#: Why a lost run's tools stopped waiting.
-GONE = "the run ended: the replica executing it was lost"
 
 
 def _closing_events(meta: _Meta, logged: Sequence[Event]) -> list[Event]:
