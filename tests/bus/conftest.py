@@ -159,11 +159,14 @@ async def started(
     redis_url: str,
     names: tuple[str, ...] = ("A", "B", "C"),
     *,
-    lease_ttl_s: float = 2.0,
+    lease_ttl_s: float | dict[str, float] = 2.0,
     reply_timeout_s: float = 2.0,
     retention_s: float = 60.0,
 ) -> AsyncIterator[Replicas]:
-    """Replicas `names` of the service on `provider`, with the test agents and UI tools."""
+    """Replicas `names` of the service on `provider`, with the test agents and UI tools.
+
+    `lease_ttl_s`: every replica's, or each one's by name.
+    """
     agents_dir = tmp_path / "agents"
     for key, definition in AGENTS.items():
         write_agent(agents_dir, key, definition)
@@ -184,7 +187,7 @@ async def started(
             bus = RedisRunBus(
                 redis_url,
                 replica_id=name,
-                lease_ttl_s=lease_ttl_s,
+                lease_ttl_s=lease_ttl_s[name] if isinstance(lease_ttl_s, dict) else lease_ttl_s,
                 reply_timeout_s=reply_timeout_s,
             )
             front = FrontDoor(

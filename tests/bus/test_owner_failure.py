@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 import redis.asyncio as aioredis
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
@@ -21,7 +22,8 @@ from service.providers.loopback import LoopbackProvider
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from tests.bus.conftest import eventually, started, until
 from tests.bus.test_replicas import ANSWER, HEAD, gated
-from tests.core.tools.kit import answer_turn, kinds
+from tests.core.tools.kit import answer_turn, call_turn, kinds
+from tests.transport.test_query import error_info
 
 ROOT = Path(__file__).resolve().parents[2]
 OPEN = [*HEAD, "content.start", "content.delta"]  # a run streaming its first answer
@@ -138,6 +140,59 @@ async def test_a_run_nobody_follows_is_ended_by_a_janitor(
     assert took < 0.5 + 1.25 * 0.5 + 1.0  # the lease, a janitor's period, and some slack
 
 
+async def test_submit_and_cancel_for_runs_whose_owner_is_gone_end_them_as_lost(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    plain, _gates = gated("so far", "never")
+    provider.enqueue(call_turn(("call_f", "pick", "{}")), plain)
+    ttl = {"A": 0.5, "B": 30.0}  # B's janitor does not come round during the test
+    async with started(tmp_path, provider, redis_url, ("A", "B"), lease_ttl_s=ttl) as replicas:
+        a, b = replicas["A"], replicas["B"]
+        waiting_call = a.query("ui", "Choose")
+        waiting: list[Any] = []
+        end = await until(waiting_call, "tool.end", waiting)
+        streaming_call = a.query("plain", "go")
+        streaming: list[Any] = []
+        delta = await until(streaming_call, "content.delta", streaming)
+        runs = (end.run_id, delta.run_id)
+
+        async def published() -> bool:
+            streams = [await stream_of(redis_url, run_id) for run_id in runs]
+            return [len(s) for s in streams] == [len(waiting), len(streaming)]
+
+        await eventually(published, 5)
+        a.bus.suspend()
+
+        async def leases_gone() -> bool:
+            async with aioredis.Redis.from_url(redis_url) as client:
+                return not await client.exists(*(f"agw:run:{r}:lease" for r in runs))
+
+        await eventually(leases_gone, 5)
+        submitted = await b.stub.Submit(
+            gw.SubmitRequest(run_id=end.run_id, tool_id=end.tool_end.tool_id)
+        )
+        cancelled = await b.stub.Cancel(gw.CancelRequest(run_id=delta.run_id))
+        on_b = [await b.attach(run_id) for run_id in runs]
+        a.bus.resume()
+        waiting += [event async for event in waiting_call]
+        streaming += [event async for event in streaming_call]
+    assert (submitted.accepted, submitted.outcome) == (False, gw.SUBMIT_OUTCOME_EXPIRED)
+    assert submitted.detail == (
+        f"tool {end.tool_end.tool_id!r} stopped waiting "
+        "(the run ended: the replica executing it was lost)"
+    )
+    assert (cancelled.cancelled, cancelled.detail) == (True, "cancelling")
+    call = ["tool.start", "tool.args", "tool.args", "tool.end"]
+    assert kinds(on_b[0]) == [*HEAD, *call, "run.error"]
+    assert kinds(on_b[1]) == [*OPEN, *LOST]
+    for followed in on_b:
+        assert_owner_lost(followed[-1], "A")
+    assert on_b[0][:-1] == waiting[:-1] and on_b[1][:5] == streaming[:5]
+    assert kinds(waiting) == [*HEAD, *call, "run.cancel"]
+    assert kinds(streaming) == [*OPEN, "content.end", "run.cancel"]
+    assert {waiting[-1].run_cancel.reason, streaming[-1].run_cancel.reason} == {"fenced"}
+
+
 async def _start_replica(
     tmp_path: Path, provider: LoopbackProvider, redis_url: str, replica_id: str, ttl: float
 ) -> tuple[asyncio.subprocess.Process, int]:
@@ -183,37 +238,64 @@ async def _start_replica(
     raise AssertionError("the replica did not start:\n" + log_file.read_text())
 
 
-async def test_a_replica_killed_mid_run_ends_it_owner_lost_for_its_followers(
+async def test_a_replica_stopped_then_killed_mid_run(
     tmp_path: Path, provider: LoopbackProvider, redis_url: str
 ) -> None:
-    ttl = 1.0
+    """Stopped (SIGSTOP), the replica's lease still holds: a Cancel through another replica is
+    refused with OWNER_LOST (UNAVAILABLE: retry) and changes nothing. Killed (SIGKILL), its run
+    ends `run.error` OWNER_LOST for the follower on the other replica, within the lease."""
+    ttl = 2.0
     script, _gates = gated("before the kill", "never")
     provider.enqueue(script)
     process, port = await _start_replica(tmp_path / "doomed", provider, redis_url, "doomed", ttl)
     try:
         async with (
-            started(tmp_path / "b", provider, redis_url, ("B",), lease_ttl_s=ttl) as replicas,
+            started(
+                tmp_path / "b", provider, redis_url, ("B",), lease_ttl_s=ttl, reply_timeout_s=0.3
+            ) as replicas,
             grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
         ):
+            b = replicas["B"]
             doomed = gateway_pb2_grpc.AgentGatewayStub(channel)
             call = doomed.Query(gw.QueryRequest(agent_key="plain", message="go"))
             on_doomed: list[Any] = []
             delta = await until(call, "content.delta", on_doomed)
-            following = replicas["B"].stub.Attach(gw.AttachRequest(run_id=delta.run_id))
+            run_id = delta.run_id
+            following = b.stub.Attach(gw.AttachRequest(run_id=run_id))
             on_b: list[Any] = []
             await until(following, "content.delta", on_b)
+
+            process.send_signal(signal.SIGSTOP)
+            with pytest.raises(grpc.aio.AioRpcError) as unanswered:
+                await b.stub.Cancel(gw.CancelRequest(run_id=run_id))
+            process.send_signal(signal.SIGCONT)
+            assert await status_of(redis_url, run_id) == "running"
+
             process.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
             on_b += [event async for event in following]
             took = time.monotonic() - killed_at
             call.cancel()
+            submitted = await b.stub.Submit(gw.SubmitRequest(run_id=run_id, tool_id="t_00000000"))
+            cancelled = await b.stub.Cancel(gw.CancelRequest(run_id=run_id))
     finally:
         if process.returncode is None:
             process.kill()
         await process.wait()
+    assert unanswered.value.code() == grpc.StatusCode.UNAVAILABLE
+    info = error_info(unanswered.value)
+    assert (info.reason, dict(info.metadata)) == ("OWNER_LOST", {"run_id": run_id})
+    assert unanswered.value.details() == (
+        f"replica doomed executing run {run_id} did not answer within 0.3 s; retry"
+    )
     assert process.returncode == -signal.SIGKILL
     assert kinds(on_b) == [*OPEN, *LOST]
     assert on_b[:5] == on_doomed
     assert [e.seq for e in on_b] == list(range(1, 8))
     assert_owner_lost(on_b[-1], "doomed")
     assert took < ttl + 1.0  # the lease runs out, and a follower notices within a quarter
+    assert (submitted.outcome, submitted.detail) == (
+        gw.SUBMIT_OUTCOME_EXPIRED,
+        "tool 't_00000000' stopped waiting (run ended)",
+    )
+    assert (cancelled.cancelled, cancelled.detail) == (False, "the run had already ended")
