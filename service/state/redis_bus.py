@@ -52,7 +52,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,7 @@ SETTLE_MARK_S = 30.0  # a settling mark outlives an owner that died before settl
 SETTLE_WAIT_S = 10.0  # a new run waits at most this long for the chat's last run to settle
 INBOX_POLL_S = 1.0  # an inbox is read with BLPOP for this long at a time
 MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
+MAX_CONNECTIONS = 1024  # to Redis, per replica (forwarded calls each hold one while waiting)
 #: Why a lost run's tools stopped waiting.
 GONE = "the run ended: the replica executing it was lost"
 
@@ -155,7 +156,9 @@ class RedisRunBus:
         self.keys = Keys(prefix)
         # Reads may block for a while (XREAD BLOCK, BLPOP): the socket time-out is beyond them.
         timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
-        self.redis = aioredis.Redis.from_url(url, protocol=2, socket_timeout=timeout)
+        self.redis = aioredis.Redis.from_url(
+            url, protocol=2, socket_timeout=timeout, max_connections=MAX_CONNECTIONS
+        )
         self._register = self.redis.register_script(scripts.REGISTER)
         self._append = self.redis.register_script(scripts.APPEND)
         self._renew = self.redis.register_script(scripts.RENEW)
@@ -165,6 +168,7 @@ class RedisRunBus:
         self._runs: dict[str, Owned] = {}
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
         self._mirrors: dict[str, Mirror] = {}
+        self._woken: StreamIdT = "0-0"  # where the reader's wake-up stream was read to
         self._outbox = Outbox(self._append_batches, self._fence, self.writable)
         self._loops: list[asyncio.Task[None]] = []
         self._declaring: set[asyncio.Task[bool]] = set()
@@ -191,11 +195,15 @@ class RedisRunBus:
         for script in (scripts.APPEND, scripts.RENEW):  # called with EVALSHA in pipelines
             await self.redis.script_load(script)
         self._outbox.start()
+        loops = {
+            "leases": self._renew_leases,
+            "inbox": self._serve_inbox,
+            "janitor": self._janitor,
+            "reader": self._read_mirrors,
+        }
         self._loops = [
-            asyncio.create_task(self._renew_leases(), name=f"leases-{self.replica_id}"),
-            asyncio.create_task(self._serve_inbox(), name=f"inbox-{self.replica_id}"),
-            asyncio.create_task(self._janitor(), name=f"janitor-{self.replica_id}"),
-            asyncio.create_task(self._read_mirrors(), name=f"reader-{self.replica_id}"),
+            asyncio.create_task(self._forever(name, step), name=f"{name}-{self.replica_id}")
+            for name, step in loops.items()
         ]
         log.info("run bus on Redis as replica %s", self.replica_id)
 
@@ -214,6 +222,18 @@ class RedisRunBus:
         except (RedisError, OSError) as error:
             log.warning("replica %s: could not sign off (%s)", self.replica_id, error)
         await self.redis.aclose()
+
+    async def _forever(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run `step` again and again; a failure is logged, and `step` retried shortly."""
+        while True:
+            try:
+                await step()
+            except (RedisError, OSError) as error:
+                log.warning("%s of replica %s: %s", what, self.replica_id, error)
+                await asyncio.sleep(0.2)
+            except Exception:
+                log.exception("%s of replica %s failed", what, self.replica_id)
+                await asyncio.sleep(0.2)
 
     def suspend(self) -> None:
         """Stop writing to Redis — lease renewals and event appends — as a frozen or cut-off
@@ -348,54 +368,41 @@ class RedisRunBus:
         return owned.run if owned is not None and not owned.fenced else None
 
     async def _renew_leases(self) -> None:
-        """Renew the leases of the live runs, and this replica's liveness, every ttl/3."""
-        renew = self._renew.sha
-        while True:
-            await asyncio.sleep(self.lease_ttl_s / 3)
-            await self.writable()
-            owned = [o for o in self._runs.values() if o.live]
-            try:
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.set(self.keys.alive(self.replica_id), "1", px=self._lease_ms)
-                for o in owned:
-                    run_id = o.run.run_id
-                    lease = f"{self.replica_id}:{o.fence}"
-                    keys = (self.keys.meta(run_id), self.keys.lease(run_id))
-                    pipe.evalsha(renew, 2, *keys, o.fence, lease, self._lease_ms)
-                results = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError) as error:
-                log.warning("cannot renew the leases of %d runs (%s)", len(owned), error)
-                continue
-            if any(isinstance(result, NoScriptError) for result in results):
-                await self.redis.script_load(scripts.RENEW)
-                continue
-            for o, renewed in zip(owned, results[1:], strict=True):
-                if isinstance(renewed, Exception):
-                    log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
-                elif not int(renewed):
-                    self._fence(o)
+        """After a third of the lease: renew the leases of the live runs, and this replica's
+        liveness; a run whose fence changed was taken over, and is fenced here."""
+        await asyncio.sleep(self.lease_ttl_s / 3)
+        await self.writable()
+        owned = [o for o in self._runs.values() if o.live]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.alive(self.replica_id), "1", px=self._lease_ms)
+        for o in owned:
+            run_id = o.run.run_id
+            lease = f"{self.replica_id}:{o.fence}"
+            keys = (self.keys.meta(run_id), self.keys.lease(run_id))
+            pipe.evalsha(self._renew.sha, 2, *keys, o.fence, lease, self._lease_ms)
+        results = await pipe.execute(raise_on_error=False)
+        if any(isinstance(result, NoScriptError) for result in results):
+            await self.redis.script_load(scripts.RENEW)
+            return
+        for o, renewed in zip(owned, results[1:], strict=True):
+            if isinstance(renewed, Exception):
+                log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
+            elif not int(renewed):
+                self._fence(o)
 
     async def _serve_inbox(self) -> None:
-        """Apply the Submits and Cancels other replicas send for the runs of this one."""
-        inbox = self.keys.inbox(self.replica_id)
-        while True:
-            try:
-                item = await self.redis.blpop([inbox], timeout=INBOX_POLL_S)
-                if item is None:
-                    continue
-                request = orjson.loads(item[1])
-                if not await self.redis.delete(request["want"]):
-                    continue  # its caller gave up on it
-                answer = self._answer(request)
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.rpush(request["reply"], orjson.dumps(answer))
-                pipe.pexpire(request["reply"], round(self.reply_timeout_s * 2000))
-                await pipe.execute()
-            except (RedisError, OSError) as error:
-                log.warning("inbox of replica %s: %s", self.replica_id, error)
-                await asyncio.sleep(0.5)
-            except (ValueError, KeyError, TypeError) as error:
-                log.warning("inbox of replica %s: malformed request (%s)", self.replica_id, error)
+        """Apply a Submit or Cancel another replica sent for a run of this one, if any."""
+        item = await self.redis.blpop([self.keys.inbox(self.replica_id)], timeout=INBOX_POLL_S)
+        if item is None:
+            return
+        request = orjson.loads(item[1])
+        if not await self.redis.delete(request["want"]):
+            return  # its caller gave up on it
+        answer = self._answer(request)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(request["reply"], orjson.dumps(answer))
+        pipe.pexpire(request["reply"], round(self.reply_timeout_s * 2000))
+        await pipe.execute()
 
     def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         """What this replica answers a forwarded request with."""
@@ -549,26 +556,19 @@ class RedisRunBus:
 
     async def _read_mirrors(self) -> None:
         """Fill the mirrors: one `XREAD BLOCK` on every followed stream and the wake-up one."""
+        await self._check_mirrors()
         wake = self.keys.wake(self.replica_id)
-        woken: StreamIdT = "0-0"
+        live = {self.keys.events(m.run_id): m for m in self._mirrors.values() if not m.done}
+        streams: dict[KeyT, StreamIdT] = {key: f"0-{m.last}" for key, m in live.items()}
+        streams[wake] = self._woken
         block_ms = max(1, round(self._check_s * 1000))
-        while True:
-            try:
-                await self._check_mirrors()
-                live = {self.keys.events(m.run_id): m for m in self._mirrors.values() if not m.done}
-                streams: dict[KeyT, StreamIdT] = {k: f"0-{m.last}" for k, m in live.items()}
-                streams[wake] = woken
-                reply: Any = await self.redis.xread(streams, count=READ_COUNT, block=block_ms)
-            except (RedisError, OSError) as error:
-                log.warning("reader of replica %s: %s", self.replica_id, error)
-                await asyncio.sleep(0.2)
-                continue
-            for name, entries in reply or ():
-                key = _text(name)
-                if key == wake:
-                    woken = entries[-1][0]
-                elif (mirror := live.get(key)) is not None:
-                    mirror.extend(_events_of(entries))
+        reply: Any = await self.redis.xread(streams, count=READ_COUNT, block=block_ms)
+        for name, entries in reply or ():
+            key = _text(name)
+            if key == wake:
+                self._woken = entries[-1][0]
+            elif (mirror := live.get(key)) is not None:
+                mirror.extend(_events_of(entries))
 
     async def _check_mirrors(self) -> None:
         """Look at the owners of the followed runs that made no progress for a while, and
@@ -633,23 +633,20 @@ class RedisRunBus:
         return appended
 
     async def _janitor(self) -> None:
-        """End the runs whose owner was lost, also those nobody follows, every lease period."""
-        while True:
-            await asyncio.sleep(self.lease_ttl_s * (0.75 + secrets.randbelow(500) / 1000))
-            try:
-                members = await self.redis.smembers(self.keys.active)
-                others = [_text(m) for m in members if _text(m) not in self._runs]
-                if not others:
-                    continue
-                pipe = self.redis.pipeline(transaction=False)
-                for run_id in others:
-                    pipe.exists(self.keys.lease(run_id))
-                leased = await pipe.execute()
-                for run_id, alive in zip(others, leased, strict=True):
-                    if not alive:
-                        await self.declare_lost(run_id)
-            except (RedisError, OSError) as error:
-                log.warning("janitor of replica %s: %s", self.replica_id, error)
+        """About every lease period: end the runs of other replicas whose lease expired,
+        also those nobody follows."""
+        await asyncio.sleep(self.lease_ttl_s * (0.75 + secrets.randbelow(500) / 1000))
+        members = await self.redis.smembers(self.keys.active)
+        others = [_text(m) for m in members if _text(m) not in self._runs]
+        if not others:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in others:
+            pipe.exists(self.keys.lease(run_id))
+        leased = await pipe.execute()
+        for run_id, alive in zip(others, leased, strict=True):
+            if not alive:
+                await self.declare_lost(run_id)
 
     # -- Submit and Cancel from anywhere -----------------------------------------------
 

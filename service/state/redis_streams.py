@@ -108,6 +108,9 @@ class Outbox:
                     results = await self._append(batch)
                 except (RedisError, OSError) as error:
                     results = [error] * len(batch)
+                except Exception as error:
+                    log.exception("cannot publish events")
+                    results = [error] * len(batch)
                 failed = False
                 for (owned, events), result in zip(batch, results, strict=True):
                     if isinstance(result, Exception):
