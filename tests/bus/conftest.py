@@ -133,11 +133,10 @@ class Replica:
 
     async def ask(self, agent_key: str, message: str, **fields: Any) -> list[pb.Event]:
         """Every event of a query run to its end."""
-        return [event async for event in self.query(agent_key, message, **fields)]
+        return await rest(self.query(agent_key, message, **fields))
 
     async def attach(self, run_id: str, after_seq: int = 0) -> list[pb.Event]:
-        request = gw.AttachRequest(run_id=run_id, after_seq=after_seq)
-        return [event async for event in self.stub.Attach(request)]
+        return await rest(self.stub.Attach(gw.AttachRequest(run_id=run_id, after_seq=after_seq)))
 
 
 @dataclass
@@ -223,6 +222,12 @@ async def until(call: Any, kind: str, seen: list[pb.Event]) -> pb.Event:
         if event.type == kind:
             return event
     raise AssertionError(f"no {kind} in {[e.type for e in seen]}")
+
+
+async def rest(call: Any, timeout_s: float = 15.0) -> list[pb.Event]:
+    """The remaining events of `call`, which must end within `timeout_s`."""
+    async with asyncio.timeout(timeout_s):
+        return [event async for event in call]
 
 
 async def eventually(check: Any, timeout_s: float = 10.0) -> None:

@@ -13,7 +13,7 @@ from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format, struct_pb2
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
-from tests.bus.conftest import started, until
+from tests.bus.conftest import rest, started, until
 from tests.core.tools.kit import answer_turn, call_turn, kinds, result_of
 from tests.transport.test_query import error_info
 
@@ -85,7 +85,7 @@ async def test_submit_via_c_reaches_the_frontend_tool_waiting_on_a(
         unknown_tool = await submit("t_00000000", 1)
         other_chat = await submit(tool_id, 1, chat_id="other")
         accepted = await submit(tool_id, {"choice": "a"}, request_id="req-9", view_id="v1")
-        events += [event async for event in call]
+        events += await rest(call)
         again = await submit(tool_id, {"choice": "b"})
         unknown_run = await c.stub.Submit(
             gw.SubmitRequest(run_id="0123456789abcdef", tool_id=tool_id, payload=value(1))
@@ -121,9 +121,12 @@ async def test_cancel_via_b_stops_the_run_on_a(
         call = a.query("plain", "go")
         events: list[Any] = []
         delta = await until(call, "content.delta", events)
+        early = b.stub.Attach(gw.AttachRequest(run_id=delta.run_id))
+        left = await until(early, "run.start", [])
+        early.cancel()  # a follower on B going away leaves the others be
         following = asyncio.create_task(b.attach(delta.run_id, 0))
         cancelled = await b.stub.Cancel(gw.CancelRequest(run_id=delta.run_id))
-        events += [event async for event in call]
+        events += await rest(call)
         followed = await following
         again = await b.stub.Cancel(gw.CancelRequest(run_id=delta.run_id))
         with pytest.raises(grpc.aio.AioRpcError) as unknown:
@@ -133,7 +136,7 @@ async def test_cancel_via_b_stops_the_run_on_a(
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
     assert kinds(events) == [*HEAD, "content.start", "content.delta", "content.end", "run.cancel"]
     assert events[-1].run_cancel.reason == "cancel"
-    assert followed == events
+    assert followed == events and left == events[2]
 
 
 async def test_a_busy_chat_is_busy_on_every_replica_and_a_query_enqueued_elsewhere_waits(
@@ -156,7 +159,7 @@ async def test_a_busy_chat_is_busy_on_every_replica_and_a_query_enqueued_elsewhe
         await asyncio.sleep(0.2)
         assert not queued.done()  # it waits for the run on A
         gate.set()
-        on_a += [event async for event in call]
+        on_a += await rest(call)
         on_c = await queued
     assert busy.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     info = error_info(busy.value)
@@ -187,7 +190,7 @@ async def test_a_query_interrupting_a_run_of_another_replica_cancels_it_first(
         delta = await until(call, "content.delta", on_a)
         interrupt = gw.MULTITASK_STRATEGY_INTERRUPT
         on_b = await b.ask("plain", "second", chat_id=delta.chat_id, multitask_strategy=interrupt)
-        on_a += [event async for event in call]
+        on_a += await rest(call)
     assert kinds(on_a) == [*HEAD, "content.start", "content.delta", "content.end", "run.cancel"]
     assert on_a[-1].run_cancel.reason == "interrupt"
     assert kinds(on_b) == ["request.query", "run.start", *ANSWER]
@@ -232,3 +235,21 @@ async def test_a_chat_continued_on_another_replica_keeps_its_history(
     ]
     assert chat.chat_name == "I am Ada."
     assert [(s.chat_id, s.run_count) for s in listed.chats] == [(chat_id, 2)]
+
+
+async def test_the_owner_serves_its_run_from_redis_once_it_let_it_go(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    provider.enqueue(answer_turn("Hi."))
+    async with started(tmp_path, provider, redis_url, ("A", "B"), retention_s=0.05) as replicas:
+        a = replicas["A"]
+        live = await a.ask("plain", "hello")
+        run_id = live[0].run_id
+        await a.front.flush()
+        await asyncio.sleep(0.1)
+        await a.front.flush()  # the release after the retention
+        assert a.bus.local(run_id) is None
+        again = [await a.attach(run_id, after) for after in range(len(live) + 1)]
+        kept = await replicas.run_log.load(run_id)
+    assert again == [live[after:] for after in range(len(live) + 1)]
+    assert kept == live

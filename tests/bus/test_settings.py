@@ -16,7 +16,7 @@ from service.state import RUN_BUSES, StateOptions
 from service.state.redis_bus import RedisRunBus
 
 
-def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:
+async def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:
     settings = Settings(
         data_dir=tmp_path,
         run_bus="redis",
