@@ -18,6 +18,7 @@ from service.state.redis_bus import RedisRunBus
 
 async def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:
     settings = Settings(
+        grpc_address="127.0.0.1:0",
         data_dir=tmp_path,
         run_bus="redis",
         redis_url=SecretStr("redis://:s3cret@127.0.0.1:1/2"),
