@@ -59,17 +59,14 @@ RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
 }
 
-
-def _waits(o: StateOptions) -> Waits:
-    return Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes)
-
-
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {
-    "local": lambda o: LocalRunBus(_waits(o)),
+    "local": lambda o: LocalRunBus(
+        Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes)
+    ),
     "redis": lambda o: RedisRunBus(
         o.redis_url,
         replica_id=o.replica_id,
-        waits=_waits(o),
+        waits=Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes),
         lease_ttl_s=o.lease_ttl_s,
         stream_ttl_s=o.stream_ttl_s,
         lost_ttl_s=o.run_log_ttl_s,
