@@ -103,6 +103,12 @@ class App:
             wait_timeout_s=settings.frontend_wait_timeout_s,
             submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
             postgres_dsn=settings.postgres_dsn.get_secret_value(),
+            redis_url=settings.redis_url.get_secret_value(),
+            replica_id=settings.replica_id,
+            lease_ttl_s=settings.redis_lease_ttl_s,
+            stream_ttl_s=settings.redis_stream_ttl_s,
+            stream_maxlen=settings.redis_stream_maxlen,
+            reply_timeout_s=settings.redis_reply_timeout_s,
         )
         self.chats = state.CHAT_STORES[settings.chat_store](options)
         self.bus = state.RUN_BUSES[settings.run_bus](options)

@@ -157,7 +157,17 @@ class Settings(BaseSettings):
     chat_store: Literal["jsonl", "memory", "postgres"] = "jsonl"
     run_log: Literal["files", "memory", "postgres"] = "files"
     postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
-    run_bus: Literal["local"] = "local"
+    run_bus: Literal["local", "redis"] = "local"
+    # The Redis run bus (run_bus = "redis"; README "Redis run bus"): the server, this
+    # replica's id (default hostname-pid-random), how long a silent replica keeps its runs,
+    # how long an ended run's stream is kept and how long it may grow, and how long a
+    # Submit or Cancel forwarded to the replica executing the run waits for its answer.
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    replica_id: str = ""
+    redis_lease_ttl_s: float = Field(default=10.0, gt=0)
+    redis_stream_ttl_s: float = Field(default=600.0, gt=0)
+    redis_stream_maxlen: int = Field(default=100_000, gt=0)
+    redis_reply_timeout_s: float = Field(default=5.0, gt=0)
     memory_runs: int = 20  # the last k runs of a chat are given to the model
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"

@@ -152,6 +152,8 @@ class BudgetExhausted extends AgwError { static status = grpc.status.RESOURCE_EX
 class ShuttingDown extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** UNAVAILABLE: a model provider failed (in a run: RunFailed with this reason). */
 class ProviderError extends AgwError { static status = grpc.status.UNAVAILABLE; }
+/** UNAVAILABLE: the replica executing the run was lost (in a run: RunFailed with this reason). */
+class OwnerLost extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** DEADLINE_EXCEEDED: a model provider timed out (in a run: RunFailed with this reason). */
 class ProviderTimeout extends AgwError { static status = grpc.status.DEADLINE_EXCEEDED; }
 
@@ -172,6 +174,7 @@ const ERROR_CLASSES = Object.freeze({
   PROVIDER_ERROR: ProviderError,
   PROVIDER_STREAM_ERROR: ProviderError,
   PROVIDER_TIMEOUT: ProviderTimeout,
+  OWNER_LOST: OwnerLost,
 });
 
 /** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
@@ -422,6 +425,7 @@ module.exports = {
   ShuttingDown,
   ProviderError,
   ProviderTimeout,
+  OwnerLost,
   ERROR_CLASSES,
   RunFailed,
   QueryStream,

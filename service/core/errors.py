@@ -101,6 +101,16 @@ class ShuttingDown(AgwError):
     reason = "SHUTTING_DOWN"
 
 
+class OwnerLost(AgwError):
+    """The replica executing a run stopped renewing its lease (it died or was cut off).
+
+    Another replica ends the run with `run.error` of this reason; a Submit or a
+    Cancel its owner does not answer in time is refused with it.
+    """
+
+    reason = "OWNER_LOST"
+
+
 class BudgetExhausted(AgwError):
     """A run used up one of its budgets (model calls, tool calls, steps, time)."""
 
@@ -199,6 +209,7 @@ STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
         ProviderError: Status.UNAVAILABLE,
         ProviderStreamError: Status.UNAVAILABLE,
         ProviderTimeout: Status.DEADLINE_EXCEEDED,
+        OwnerLost: Status.UNAVAILABLE,
         StoreFailed: Status.INTERNAL,
         SandboxUnavailable: Status.INTERNAL,
         PlanFailed: Status.INTERNAL,

@@ -523,7 +523,8 @@ class FrontDoor:
             if self._recorders.get(run.chat_id) is recorder:
                 del self._recorders[run.chat_id]
             await self.bus.settled(run)
-            await self.run_log.save(run.run_id, run.log)
+            if not run.fenced:  # a fenced run's log is kept by the replica that took it over
+                await self.run_log.save(run.run_id, run.log)
         except Exception:
             log.exception("could not keep the log of run %s", run.run_id)
         asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)

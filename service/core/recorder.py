@@ -349,6 +349,8 @@ class ChatRecorder:
         task.add_done_callback(self._writes.discard)
 
     async def _append(self, records: list[Record]) -> None:
+        if self.run.fenced:  # another replica took the run over: write nothing more
+            return
         try:
             await self.store.append(self.run.chat_id, records)
         except Exception:

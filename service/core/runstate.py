@@ -59,6 +59,9 @@ class RunState:
         self.accounting = accounting if accounting is not None else Accounting()
         self.task: asyncio.Task[None] | None = None
         self.cancel_reason = ""
+        # Set when another replica declared this process lost and took the run over: the
+        # run is cancelled here and nothing more of it is written (chat records, run log).
+        self.fenced = False
         self.started_at = time.monotonic()
         self._turn_observers: list[TurnObserver] = []
         log.subject = self

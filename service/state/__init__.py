@@ -9,6 +9,7 @@
 | RunLog | `memory` | in-process |
 | RunLog | `postgres` | PostgreSQL |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
+| RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
 
 Adding a backend is a new module here and one line in the tables below; the
 settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`).
@@ -18,7 +19,7 @@ Factories take plain values (`StateOptions`), never the settings object.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunLog
@@ -27,6 +28,7 @@ from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
 from service.state.postgres import PostgresChatStore, PostgresRunLog
+from service.state.redis_bus import RedisRunBus
 from service.state.run_files import FileRunLog
 
 
@@ -41,6 +43,14 @@ class StateOptions:
     wait_timeout_s: float = 300.0
     submit_payload_limit_bytes: int = 256 * 1024
     postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
+    # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
+    # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
+    replica_id: str = ""
+    lease_ttl_s: float = 10.0
+    stream_ttl_s: float = 600.0
+    stream_maxlen: int = 100_000
+    reply_timeout_s: float = 5.0
 
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
@@ -58,5 +68,15 @@ RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {
     "local": lambda o: LocalRunBus(
         Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes)
+    ),
+    "redis": lambda o: RedisRunBus(
+        o.redis_url,
+        replica_id=o.replica_id,
+        waits=Waits(timeout_s=o.wait_timeout_s, payload_limit_bytes=o.submit_payload_limit_bytes),
+        lease_ttl_s=o.lease_ttl_s,
+        stream_ttl_s=o.stream_ttl_s,
+        lost_ttl_s=o.run_log_ttl_s,
+        stream_maxlen=o.stream_maxlen,
+        reply_timeout_s=o.reply_timeout_s,
     ),
 }

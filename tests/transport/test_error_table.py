@@ -118,6 +118,7 @@ def test_status_codes_are_the_contract() -> None:
         "PROVIDER_ERROR": "UNAVAILABLE",
         "PROVIDER_STREAM_ERROR": "UNAVAILABLE",
         "PROVIDER_TIMEOUT": "DEADLINE_EXCEEDED",
+        "OWNER_LOST": "UNAVAILABLE",
         "STORE_FAILED": "INTERNAL",
         "SANDBOX_UNAVAILABLE": "INTERNAL",
         "PLAN_FAILED": "INTERNAL",

@@ -208,6 +208,11 @@ class ProviderError(Unavailable):
     """
 
 
+class OwnerLost(Unavailable):
+    """The replica executing a run was lost (in a run: `RunFailed` with this reason), or did
+    not answer a Submit or Cancel in time; retry."""
+
+
 class ProviderTimeout(DeadlineExceeded):
     """A provider did not connect or send data in time (in a run: `RunFailed` with this reason)."""
 
@@ -232,6 +237,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_PROVIDER_ERROR: ProviderError,
     errors_pb2.ERROR_REASON_PROVIDER_STREAM_ERROR: ProviderError,
     errors_pb2.ERROR_REASON_PROVIDER_TIMEOUT: ProviderTimeout,
+    errors_pb2.ERROR_REASON_OWNER_LOST: OwnerLost,
     errors_pb2.ERROR_REASON_STORE_FAILED: Internal,
     errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
     errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,

@@ -91,6 +91,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """DEADLINE_EXCEEDED, "run.error": a model provider did not connect or did
     not send data within its time-out (metadata `provider`).
     """
+    ERROR_REASON_OWNER_LOST: _ErrorReason.ValueType  # 44
+    """UNAVAILABLE, "run.error": the replica executing the run stopped renewing
+    its lease (it died or was cut off) and another replica ended the run; also
+    a Submit or Cancel that the run's replica did not answer in time.
+    """
     ERROR_REASON_STORE_FAILED: _ErrorReason.ValueType  # 50
     """INTERNAL: a chat file could not be made durable; the chat accepts no more
     appends.
@@ -170,6 +175,11 @@ stream (metadata `provider`, and `status` when the error had a code).
 ERROR_REASON_PROVIDER_TIMEOUT: ErrorReason.ValueType  # 43
 """DEADLINE_EXCEEDED, "run.error": a model provider did not connect or did
 not send data within its time-out (metadata `provider`).
+"""
+ERROR_REASON_OWNER_LOST: ErrorReason.ValueType  # 44
+"""UNAVAILABLE, "run.error": the replica executing the run stopped renewing
+its lease (it died or was cut off) and another replica ended the run; also
+a Submit or Cancel that the run's replica did not answer in time.
 """
 ERROR_REASON_STORE_FAILED: ErrorReason.ValueType  # 50
 """INTERNAL: a chat file could not be made durable; the chat accepts no more

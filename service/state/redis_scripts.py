@@ -1,0 +1,164 @@
+"""The Redis run bus's key names and Lua scripts (`service/state/redis_bus.py` uses them).
+
+Each script runs atomically in Redis; together they keep a run's stream, meta,
+lease and chat claim consistent whoever writes them. A run's fence token (in
+its meta) guards every write of its owner: the owner appends and renews only
+while the fence is the one it registered with, and declaring the owner lost
+increments it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+#: A run's status in its meta: executing, its owner declared lost (ending), ended.
+RUNNING, LOST, ENDED = "running", "lost", "ended"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key names, under a prefix (`agw:`)."""
+
+    prefix: str
+
+    def events(self, run_id: str) -> str:
+        """The run's stream: entry id `0-<seq>`, field `e` = the serialized `agw.v1.Event`."""
+        return f"{self.prefix}run:{run_id}:events"
+
+    def meta(self, run_id: str) -> str:
+        """Hash: `chat`, `tenant`, `subject`, `replica` (its owner), `status`, `fence`."""
+        return f"{self.prefix}run:{run_id}:meta"
+
+    def lease(self, run_id: str) -> str:
+        """`<replica>:<fence>`, expiring: whoever holds it is alive."""
+        return f"{self.prefix}run:{run_id}:lease"
+
+    @property
+    def active(self) -> str:
+        """Set: the ids of the runs not ended (what the janitors look at)."""
+        return f"{self.prefix}runs:active"
+
+    def claim(self, chat_id: str) -> str:
+        """The chat's active run id (taken with SET NX)."""
+        return f"{self.prefix}chat:{chat_id}:active"
+
+    def settling(self, chat_id: str) -> str:
+        """The chat's last ended run id, until that run's records are durable (expiring)."""
+        return f"{self.prefix}chat:{chat_id}:settling"
+
+    def alive(self, replica: str) -> str:
+        """Expiring: the replica is up."""
+        return f"{self.prefix}replica:{replica}:alive"
+
+    def inbox(self, replica: str) -> str:
+        """List: the Submit and Cancel requests for the runs of the replica."""
+        return f"{self.prefix}replica:{replica}:inbox"
+
+    def wake(self, replica: str) -> str:
+        """Stream: wakes the replica's reader when it has a new run to follow."""
+        return f"{self.prefix}replica:{replica}:wake"
+
+    def reply(self) -> str:
+        """List: the one answer to one request (a new key each time); `<reply>:want`
+        exists while the request may still be applied."""
+        return f"{self.prefix}reply:{uuid.uuid4().hex}"
+
+    def appending(self, run_id: str, chat_id: str) -> list[str]:
+        """The keys of `APPEND`, in order."""
+        return [
+            self.meta(run_id),
+            self.events(run_id),
+            self.lease(run_id),
+            self.active,
+            self.claim(chat_id),
+            self.settling(chat_id),
+        ]
+
+
+#: Registers a run: claims its chat (returns ''), or returns the chat's active run id.
+#: KEYS: claim, meta, lease, active set; ARGV: run, chat, tenant, subject, replica, lease ms
+REGISTER = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') == false then
+  return redis.call('GET', KEYS[1])
+end
+redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
+  'replica', ARGV[5], 'status', 'running', 'fence', 1)
+redis.call('SET', KEYS[3], ARGV[5] .. ':1', 'PX', ARGV[6])
+redis.call('SADD', KEYS[4], ARGV[1])
+return ''
+"""
+
+#: Appends events (seq, data pairs) when the fence holds (else 0), skipping those already
+#: there (a retried append); -1 when the stream does not end at the expected seq (ARGV[4];
+#: '' for any). With an end time-to-live (ARGV[5] > 0) the run ends: its status, expiries,
+#: lease, active set, and its chat claim, if still the run's, freed and marked settling for
+#: ARGV[6] ms (0: not marked).
+#: KEYS: `Keys.appending`; ARGV: fence, maxlen, run, expected last seq, end ttl ms, settle ms,
+#: seq1, data1, seq2, data2, ...
+APPEND = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+local top = 0
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last > 0 then top = tonumber(string.sub(last[1][1], 3)) end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= top then return -1 end
+for i = 7, #ARGV, 2 do
+  if tonumber(ARGV[i]) > top then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
+  end
+end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('HSET', KEYS[1], 'status', 'ended')
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('DEL', KEYS[3])
+  redis.call('SREM', KEYS[4], ARGV[3])
+  if redis.call('GET', KEYS[5]) == ARGV[3] then
+    redis.call('DEL', KEYS[5])
+    if tonumber(ARGV[6]) > 0 then redis.call('SET', KEYS[6], ARGV[3], 'PX', ARGV[6]) end
+  end
+end
+return 1
+"""
+
+#: Renews a lease while the fence holds (1), else 0. KEYS: meta, lease; ARGV: fence, value, ms
+RENEW = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+#: Declares a run's owner lost: its lease is gone and the run has not ended. Returns the new
+#: fence (the declarer now holds the lease, so that nobody else declares meanwhile), else 0.
+#: KEYS: meta, lease, active set; ARGV: run, declaring replica, lease ms
+DECLARE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == false then
+  redis.call('SREM', KEYS[3], ARGV[1])
+  return 0
+end
+if status ~= 'running' and status ~= 'lost' then return 0 end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'status', 'lost')
+redis.call('SET', KEYS[2], ARGV[2] .. ':' .. fence, 'PX', ARGV[3])
+return fence
+"""
+
+#: The chat's active run as {run, chat, tenant, subject, status, leased}, or nil. It reaches
+#: keys it computes (a single server, not Redis Cluster). KEYS: claim; ARGV: key prefix
+ACTIVE = """
+local run = redis.call('GET', KEYS[1])
+if not run then return false end
+local meta = redis.call('HMGET', ARGV[1] .. 'run:' .. run .. ':meta',
+  'chat', 'tenant', 'subject', 'status')
+local leased = redis.call('EXISTS', ARGV[1] .. 'run:' .. run .. ':lease')
+return {run, meta[1], meta[2], meta[3], meta[4], leased}
+"""
+
+#: Deletes KEYS[1] if its value is ARGV[1].
+COMPARE_DELETE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
