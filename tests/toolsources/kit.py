@@ -24,7 +24,14 @@ CONNECT_S = 60.0
 HEAD = ["request.query", "chat.start", "run.start"]
 CALL = ["tool.start", "tool.args", "tool.args", "tool.end", "tool.result"]
 ANSWER = ["content.start", "content.delta", "content.end", "run.complete"]
-MCP_TOOLS = ["mcp__t__echo", "mcp__t__slow", "mcp__t__big", "mcp__t__grow", "mcp__t__crash"]
+MCP_TOOLS = [
+    "mcp__t__echo",
+    "mcp__t__slow",
+    "mcp__t__big",
+    "mcp__t__grow",
+    "mcp__t__crash",
+    "mcp__t__facts",
+]
 
 
 def stdio_server(name: str = "t", **extra: Any) -> dict[str, Any]:
