@@ -464,6 +464,7 @@ def test_shipped_examples_all_load() -> None:
     assert sorted(agents) == [
         "demo_action",
         "demo_frontend",
+        "demo_mcp",
         "demo_oneshot",
         "demo_plain",
         "demo_plan",
