@@ -22,10 +22,13 @@ connects again after a back-off that doubles from `reconnect_min_s` up to
 A call's result is the text of the tool's content (other content is named, not
 inlined), cut to `max_output_bytes`; a result flagged `isError` is the call's
 error result. The call's time-out is the server's `timeout_s`, kept by the tool
-executor like any backend tool's. `${ENV:NAME}` references in the headers and
-in the environment given to a stdio server are resolved at each connection;
-the resolved values never reach a message or a log line (the URL holds no
-credentials: the HTTP client logs it).
+executor like any backend tool's; while a call is in flight the connection is
+not pinged (a server busy with it may answer a ping late).
+
+`${ENV:NAME}` references in the headers and in the environment given to a stdio
+server are resolved at each connection; the resolved values are masked in
+results and messages and never logged (the URL and the command hold no
+references: the HTTP client logs the URL).
 
 The SDK is imported when a server first connects, so a service without MCP
 servers does not load it.
@@ -43,6 +46,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from service.core.masking import SecretMask
 from service.core.tools.definitions import (
     ToolDefinition,
     ToolError,
@@ -53,6 +57,7 @@ from service.core.tools.sources import ToolCallInfo, ToolHandler, mcp_origin_id
 from service.toolsources.references import Expanded, MissingVariable, cut, public_url
 
 if TYPE_CHECKING:
+    import anyio
     from mcp import ClientSession
     from mcp.types import CallToolResult, Tool
 
@@ -125,6 +130,11 @@ class McpServer:
         self._listing = asyncio.Lock()
         self._attempted = asyncio.Event()  # the first connection attempt is over
         self._task: asyncio.Task[None] | None = None
+        self._scope: anyio.CancelScope | None = None  # the supervisor's, to stop it
+        self._mask = SecretMask()  # the values of the references resolved for the connection
+        self._calls = 0  # calls in flight (an idle connection is pinged)
+        self._delay = options.reconnect_min_s  # before the next connection attempt
+        self._reported = False  # the current attempt's failure is reported
         self.connections = 0  # connections made so far
 
     # -- ToolSource ------------------------------------------------------------------------
@@ -165,7 +175,7 @@ class McpServer:
         """Start keeping the connection; returns once the first attempt succeeded or failed."""
         if self._task is None:
             self._task = asyncio.create_task(self._supervise(), name=f"mcp {self.options.name}")
-        wait = self.options.connect_timeout_s + 1.0
+        wait = self.options.connect_timeout_s + 2.0
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._attempted.wait(), wait)
 
@@ -173,7 +183,12 @@ class McpServer:
         """Close the connection (a stdio server is stopped) and withdraw the tools."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
+            # Through the supervisor's cancel scope, which respects the SDK's shielded
+            # teardown (a plain task.cancel() could cut it short and leave the server running).
+            if self._scope is not None:
+                self._scope.cancel()
+            else:
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._publish({}, {})
@@ -188,13 +203,16 @@ class McpServer:
         session, server = self._session, self.name
         if session is None:
             raise ToolError(f"{server} is not connected")
+        self._calls += 1
         try:
             result = await session.call_tool(remote, arguments)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._lose("the connection closed during a call")
                 raise ToolError(f"{server} closed the connection during the call") from None
-            raise ToolError(f"{server}: {_flat(exc.message)}") from None
+            raise ToolError(f"{server}: {self._flat(exc.message)}") from None
+        finally:
+            self._calls -= 1
         await self._catch_up(session)
         return self._result(result)
 
@@ -222,9 +240,9 @@ class McpServer:
                     parts.append(resource.text)
                 else:
                     parts.append(f"[resource: {resource.uri}, not shown]")
-        text = "\n".join(parts)
+        text = self._mask("\n".join(parts))
         if result.is_error:
-            raise ToolError(f"{self.name}: {_flat(text) or 'the tool failed'}")
+            raise ToolError(f"{self.name}: {self._flat(text) or 'the tool failed'}")
         if not parts and result.structured_content is not None:
             return result.structured_content
         return cut(text, self.options.max_output_bytes)
@@ -241,49 +259,65 @@ class McpServer:
     # -- the connection --------------------------------------------------------------------
 
     async def _supervise(self) -> None:
-        """Connect, serve, and connect again after a back-off, until cancelled."""
-        delay = self.options.reconnect_min_s
-        while True:
-            connections = self.connections
-            try:
-                await self._connection()
-                reason = "the connection closed"
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reason = self._reason(exc)
-            if self.connections > connections:
-                delay = self.options.reconnect_min_s  # it was up: start the back-off again
-            log.warning("%s: %s; connecting again in %g s", self.name, reason, delay)
-            self._publish({}, {self.name: f"{self.name}: not connected ({reason})"})
-            self._attempted.set()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.options.reconnect_max_s)
+        """Connect, serve, and connect again after a back-off, until stopped."""
+        import anyio
+
+        with anyio.CancelScope() as self._scope:
+            self._delay = self.options.reconnect_min_s
+            while True:
+                connections, self._reported = self.connections, False
+                try:
+                    await self._connection()
+                except Exception as exc:  # reported already, unless it came from the teardown
+                    self._down(self._reason(exc))
+                self._down("the connection closed")
+                await asyncio.sleep(self._delay)
+                if self.connections > connections:
+                    self._delay = self.options.reconnect_min_s  # it was up: start again
+                else:
+                    self._delay = min(self._delay * 2, self.options.reconnect_max_s)
 
     async def _connection(self) -> None:
-        """One connection: handshake, tools, then serve until it is lost."""
+        """One connection: handshake, tools, then serve until it is lost (then it raises).
+
+        A failure is reported (the tools withdrawn) before the transport is torn down,
+        which may take a while (a stdio server is given time to exit).
+        """
         from mcp import ClientSession
 
         async with AsyncExitStack() as stack:
-            read, write = await stack.enter_async_context(self._transport())
-            session = await stack.enter_async_context(
-                ClientSession(read, write, message_handler=self._on_message)
-            )
-            self._stale, self._lost = False, ""
-            async with asyncio.timeout(self.options.connect_timeout_s):
-                init = await session.initialize()
-                if not self.options.icon:
-                    self._origin = _with_server_icon(self._origin, init.server_info)
-                tools = await _list_tools(session)
-            self._session = session
-            self.connections += 1
             try:
+                read, write = await stack.enter_async_context(self._transport())
+                session = await stack.enter_async_context(
+                    ClientSession(read, write, message_handler=self._on_message)
+                )
+                self._stale, self._lost = False, ""
+                async with asyncio.timeout(self.options.connect_timeout_s):
+                    init = await session.initialize()
+                    if not self.options.icon:
+                        self._origin = _with_server_icon(self._origin, init.server_info)
+                    tools = await _list_tools(session)
+                self._session = session
+                self.connections += 1
                 self._offer(tools)
                 log.info("%s: connected, %d tools", self.name, len(self._tools))
                 self._attempted.set()
                 await self._serve(session)
+            except Exception as exc:
+                self._session = None
+                self._down(self._reason(exc))
+                raise
             finally:
                 self._session = None
+
+    def _down(self, reason: str) -> None:
+        """Withdraw the tools and report why (once per connection attempt)."""
+        if self._reported:
+            return
+        self._reported = True
+        log.warning("%s: %s; connecting again in %g s", self.name, reason, self._delay)
+        self._publish({}, {self.name: f"{self.name}: not connected ({reason})"})
+        self._attempted.set()
 
     async def _serve(self, session: ClientSession) -> None:
         """Re-list on change, ping when idle; return (raise) once the connection is lost."""
@@ -297,6 +331,8 @@ class McpServer:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.options.ping_interval_s)
             except TimeoutError:
+                if self._calls:  # busy, not idle: a call finds out if the connection closes
+                    continue
                 try:
                     await asyncio.wait_for(session.send_ping(), self.options.connect_timeout_s)
                 except TimeoutError:
@@ -322,13 +358,16 @@ class McpServer:
             from mcp import StdioServerParameters, stdio_client
 
             params = StdioServerParameters(
-                command=expanded.text(options.command),
-                args=[expanded.text(arg) for arg in options.args],
+                command=options.command,
+                args=list(options.args),
                 env=expanded.mapping(options.env),
                 cwd=options.cwd or None,
             )
+            self._mask = expanded.mask()
             return stdio_client(params, errlog=_errlog())
-        return _http_transport(options.url, expanded.mapping(options.headers))
+        headers = expanded.mapping(options.headers)
+        self._mask = expanded.mask()
+        return _http_transport(options.url, headers)
 
     async def _on_message(self, message: Any) -> None:
         from mcp.types import ToolListChangedNotification
@@ -338,6 +377,11 @@ class McpServer:
             self._wake.set()
         elif isinstance(message, Exception):
             log.debug("%s: transport error: %s", self.name, type(message).__name__)
+
+    def _flat(self, text: str) -> str:
+        """`text` masked, on one line, at most `ERROR_CHARS` characters."""
+        flat = " ".join(self._mask(text).split())
+        return flat if len(flat) <= ERROR_CHARS else flat[:ERROR_CHARS] + "…"
 
     def _lose(self, reason: str) -> None:
         if not self._lost:
@@ -399,7 +443,7 @@ class McpServer:
         if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
             return "the connection closed"
         if isinstance(exc, MCPError):
-            return f"the server failed: {_flat(exc.message)}"
+            return f"the server failed: {self._flat(exc.message)}"
         if isinstance(exc, OSError) and self.options.transport == "stdio":
             return f"cannot start {self.options.command!r}: {exc.strerror or type(exc).__name__}"
         return f"{type(exc).__name__}"
@@ -444,9 +488,3 @@ def _with_server_icon(origin: ToolOrigin, info: Any) -> ToolOrigin:
 def _errlog() -> Any:
     """Where a stdio server's stderr goes: the service's own standard error."""
     return sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
-
-
-def _flat(text: str) -> str:
-    """`text` on one line, at most `ERROR_CHARS` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= ERROR_CHARS else flat[:ERROR_CHARS] + "…"

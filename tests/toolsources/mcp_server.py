@@ -6,7 +6,7 @@
 
 Tools: `echo` (its text back), `slow` (sleeps `seconds`), `big` (`size` characters
 of text), `grow` (adds the tool `extra` and says the tool list changed), `crash`
-(the process exits at once), `facts` (its process id and an environment variable).
+(the process exits at once), `facts` (its process id, an environment variable).
 Over HTTP, with `REQUIRED_TOKEN` set, a request without `Authorization: Bearer
 <token>` is refused (401).
 """
@@ -63,8 +63,9 @@ def crash() -> str:
 
 @server.tool()
 def facts(variable: str) -> dict[str, object]:
-    """The server's process id and the value of an environment variable."""
-    return {"pid": os.getpid(), "value": os.environ.get(variable, "")}
+    """The server's process id and the value (and length) of an environment variable."""
+    value = os.environ.get(variable, "")
+    return {"pid": os.getpid(), "value": value, "length": len(value)}
 
 
 def serve_http() -> None:

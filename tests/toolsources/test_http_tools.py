@@ -31,6 +31,7 @@ class Endpoint:
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
+        self.release = asyncio.Event()  # lets a slow answer go (at the end of the test)
         app = web.Application()
         app.router.add_post("/weather", self.weather)
         app.router.add_get("/search", self.search)
@@ -67,7 +68,7 @@ class Endpoint:
         return response
 
     async def slow(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(5)
+        await self.release.wait()
         return web.Response(text="late")
 
     async def moved(self, request: web.Request) -> web.Response:
@@ -137,6 +138,7 @@ async def http_gateway(
         ) as gateway:
             yield gateway, endpoint
     finally:
+        endpoint.release.set()
         await endpoint.runner.cleanup()
 
 

@@ -213,3 +213,28 @@ async def test_a_streamable_http_server_gets_its_headers_and_no_secret_leaks(
         assert secret not in streamed
         assert secret not in caplog.text
         assert secret not in str(errors)
+
+
+async def test_cancelling_a_run_during_an_mcp_call_leaves_the_server_serving(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        call_turn(("call_s", "mcp__t__slow", '{"seconds": 30}')),
+        call_turn(("call_e", "mcp__t__echo", '{"text": "still here"}')),
+        answer_turn("Ok."),
+    )
+    async with mcp_gateway(tmp_path, provider, AGENTS, [stdio_server()]) as gateway:
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="helper", message="Wait"))
+        events = []
+        async for event in call:
+            events.append(event)
+            if event.type == "tool.end":
+                await gateway.stub.Cancel(gw.CancelRequest(run_id=event.run_id))
+        after = await gateway.query("helper", "Echo", chat_id=events[0].chat_id)
+        source = gateway.app.mcp[0]
+        assert (source.connections, source.connected) == (1, True)
+
+    assert kinds(events) == [*HEAD, "source.snapshot", *CALL[:4], "run.cancel"]
+    assert_invariants(events)
+    assert kinds(after) == ["request.query", "run.start", "source.snapshot", *CALL, *ANSWER]
+    assert result_of(after[7]) == "still here"

@@ -2,7 +2,8 @@
 
 Its tools while connected, their calls and output limit, a server killed while
 idle (seen by the ping, tools withdrawn, connected again), references resolved
-into the server's environment, a missing variable reported, and stop.
+into the server's environment (and masked in what comes back), a missing
+variable reported, and stop.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ async def test_a_connected_server_offers_its_tools_and_runs_them() -> None:
             "x" * 64 + "\n[output cut: 100 bytes, the limit is 64]"
         )
         facts = json.loads(await call(server, "mcp__t__facts", variable="GIVEN"))
-        assert facts["value"] == "s3rver-secret"
+        assert (facts["length"], facts["value"]) == (13, "***")  # given, and masked
         with pytest.raises(ToolError, match=r"^MCP server 't': .*seconds"):
             await call(server, "mcp__t__slow", seconds="soon")  # the server refuses it
 
@@ -116,3 +117,13 @@ async def test_a_handler_kept_after_the_server_went_away_fails_cleanly() -> None
         assert handler is not None
     with pytest.raises(ToolError, match=r"^MCP server 't' is not connected$"):
         await handler({"text": "late"}, CALL)
+
+
+async def test_a_server_that_never_answers_is_reported_after_the_connect_timeout() -> None:
+    opts = options(command="/bin/sleep", args=("30",), connect_timeout_s=0.5, reconnect_min_s=30)
+    async with started(opts, {}) as server:
+        await eventually(lambda: bool(server.errors))  # start() waits 2.5 s at most
+        assert (server.connected, dict(server.definitions())) == (False, {})
+        assert server.errors == {
+            "MCP server 't'": "MCP server 't': not connected (no answer within 0.5 s)"
+        }
