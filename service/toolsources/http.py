@@ -24,7 +24,8 @@ Failures are the call's error result, bounded: a time-out (the executor's), a
 response over the size limit, a non-2xx status (with the start of its body), a
 redirect (not followed: it could carry the headers elsewhere), a connection
 error. Resolved secrets are masked by value in every message and result, and
-only the URL without query or user info is ever shown or logged.
+only the URL without query or user info is ever shown or logged. Calls go
+straight to the endpoint: proxy settings of the environment are not used.
 """
 
 from __future__ import annotations
