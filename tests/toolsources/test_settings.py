@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -11,6 +13,7 @@ from service.app import mcp_options
 from service.config import Settings
 from service.toolsources.mcp import McpServerOptions
 
+ROOT = Path(__file__).resolve().parents[2]
 CLOCK = {"name": "clock", "command": "python", "args": ["examples/mcp/clock_server.py"]}
 
 
@@ -61,3 +64,18 @@ def test_servers_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPat
 def test_bad_servers_are_refused(servers: list[dict[str, object]], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(mcp_servers=servers)
+
+
+def test_the_example_configuration_starts_the_example_server() -> None:
+    with (ROOT / "examples" / "mcp" / "agw.toml").open("rb") as file:
+        settings = Settings(**tomllib.load(file))
+    assert [mcp_options(server) for server in settings.mcp_servers] == [
+        McpServerOptions(
+            name="clock",
+            transport="stdio",
+            command=".venv/bin/python",
+            args=("examples/mcp/clock_server.py",),
+            timeout_s=10.0,
+        )
+    ]
+    assert (ROOT / "examples" / "mcp" / "clock_server.py").is_file()
