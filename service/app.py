@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 from service import security, state
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
-from service.config import ProviderSettings, Settings
+from service.config import McpServerSettings, ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
 from service.core.commands import DebugLevel
 from service.core.frontdoor import FrontDoor, FrontDoorOptions
@@ -24,6 +25,8 @@ from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 from service.providers.registry import ProviderRegistry
+from service.toolsources.http import HttpTools
+from service.toolsources.mcp import McpServer, McpServerOptions
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")
@@ -78,6 +81,29 @@ def bash_options(settings: Settings) -> BashOptions:
     )
 
 
+def mcp_options(server: McpServerSettings) -> McpServerOptions:
+    """What one configured MCP server's source reads."""
+    return McpServerOptions(
+        name=server.name,
+        transport=server.transport,
+        command=server.command,
+        args=tuple(server.args),
+        env=server.env,
+        cwd=server.cwd,
+        url=server.url,
+        headers=server.headers,
+        timeout_s=server.timeout_s,
+        tool_prefix=server.tool_prefix,
+        title=server.title,
+        icon=server.icon,
+        connect_timeout_s=server.connect_timeout_s,
+        max_output_bytes=server.max_output_bytes,
+        ping_interval_s=server.ping_interval_s,
+        reconnect_min_s=server.reconnect_min_s,
+        reconnect_max_s=server.reconnect_max_s,
+    )
+
+
 class App:
     """The whole service, started and stopped as one."""
 
@@ -90,11 +116,17 @@ class App:
             log_mask=settings.interaction_log_mask_sensitive,
         )
         self.agents = AgentRegistry(settings.agents_dir)
+        self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
         self.tools = ToolRegistry(
             settings.tools_dir,
             builtin=builtin_tools(bash_options(settings), settings.frontend_wait_timeout_s),
+            sources=self.mcp,
             default_timeout_s=settings.tool_timeout_s,
         )
+        self.http_tools: HttpTools | None = None
+        if self.tools.files is not None:
+            self.http_tools = HttpTools(self.tools.files, environ=os.environ)
+            self.tools.add_source(self.http_tools)
         options = state.StateOptions(
             chats_dir=settings.chats_path,
             runs_dir=settings.runs_path,
@@ -172,6 +204,7 @@ class App:
         if self.settings.agents_watch:
             self._watch = asyncio.create_task(self.agents.watch(self._stop_watch))
         self.tools.load_all()
+        await asyncio.gather(*(server.start() for server in self.mcp))
         log.info(
             "loaded %d tools (%d broken files)", len(self.tools.list()), len(self.tools.errors)
         )
@@ -226,6 +259,9 @@ class App:
             self._tools_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._tools_watch
+        await asyncio.gather(*(server.stop() for server in self.mcp))
+        if self.http_tools is not None:
+            await self.http_tools.aclose()
         await self.providers.aclose()
         if self.demo is not None:
             await self.demo.stop()

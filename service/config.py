@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -71,6 +71,43 @@ class ApiKeySettings(BaseModel):
     key: SecretStr = Field(description="the key in clear, or 'sha256:<hex digest>'")
     tenant: str = "default"
     subject: str
+
+
+class McpServerSettings(BaseModel):
+    """One MCP server whose tools the service offers (README "Tool sources: MCP and HTTP").
+
+    Values of `env` and `headers` may hold `${ENV:NAME}` references to the service's
+    environment (for credentials); they are resolved at each connection. The `url`
+    holds no credentials (HTTP clients log it).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    transport: Literal["stdio", "http"] = "stdio"
+    command: str = ""  # stdio
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str = ""
+    url: str = ""  # http (streamable HTTP)
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(30.0, gt=0)  # a tool call
+    tool_prefix: str | None = None  # default "mcp__{name}__"; "" for the tools' own names
+    title: str = ""
+    icon: str = ""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_output_bytes: int = Field(64 * 1024, gt=0)
+    ping_interval_s: float = Field(10.0, gt=0)
+    reconnect_min_s: float = Field(1.0, gt=0)
+    reconnect_max_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSettings:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError(f"MCP server {self.name!r}: a stdio server needs a command")
+        if self.transport == "http" and not self.url:
+            raise ValueError(f"MCP server {self.name!r}: an http server needs a url")
+        if "${ENV:" in self.url:
+            raise ValueError(f"MCP server {self.name!r}: put credentials in headers, not the url")
+        return self
 
 
 class Settings(BaseSettings):
@@ -140,6 +177,10 @@ class Settings(BaseSettings):
     bash_network: bool = False
     bash_workspace_quota_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # per chat
     bash_max_concurrent: int = Field(default=4, ge=1)  # sandboxes at once; others wait
+    # MCP servers whose tools are offered as backend tools (JSON list in AGW_MCP_SERVERS);
+    # an agent names them in toolConfig.mcp. `.backend` entries with a toolApi URL are
+    # HTTP tools, called by the service.
+    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
 
     # Providers; when none is configured the built-in demo provider serves every agent.
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
@@ -205,6 +246,15 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerSettings]) -> list[McpServerSettings]:
+        names = [server.name for server in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"MCP server names must be unique: {', '.join(twice)}")
         return value
 
     @property

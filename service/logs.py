@@ -41,4 +41,6 @@ def configure(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # the MCP SDK's HTTP client
+    logging.getLogger("httpcore2").setLevel(logging.WARNING)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)

@@ -154,10 +154,19 @@ class ToolConfig(_Strict):
     backends: list[ToolName] = Field(default_factory=list)
     frontends: list[ToolName] = Field(default_factory=list)
     actions: list[ToolName] = Field(default_factory=list)
+    mcp: list[ToolName] = Field(
+        default_factory=list,
+        description="Configured MCP servers (AGW_MCP_SERVERS) whose every tool is offered.",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> ToolConfig:
         issues: list[tuple[str, str]] = []
+        servers: dict[str, str] = {}
+        for index, name in enumerate(self.mcp):
+            if name in servers:
+                issues.append((f"mcp[{index}]", f"duplicate server '{name}' (see {servers[name]})"))
+            servers.setdefault(name, f"mcp[{index}]")
         seen: dict[str, str] = {}
         for kind in ("backends", "frontends", "actions"):
             for index, name in enumerate(getattr(self, kind)):
@@ -314,6 +323,7 @@ class ResolvedTools:
     backends: tuple[str, ...] = ()
     frontends: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
+    mcp: tuple[str, ...] = ()  # MCP servers whose every tool is offered
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -533,7 +543,9 @@ class AgentDefinition(_Strict):
         tools = config.tool_config if "tool_config" in config.model_fields_set else self.tool_config
         if tools is None:
             return ResolvedTools()
-        return ResolvedTools(tuple(tools.backends), tuple(tools.frontends), tuple(tools.actions))
+        return ResolvedTools(
+            tuple(tools.backends), tuple(tools.frontends), tuple(tools.actions), tuple(tools.mcp)
+        )
 
 
 def _merge_models(*layers: ModelConfig | None) -> ResolvedModel:

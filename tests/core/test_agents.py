@@ -510,6 +510,7 @@ def test_shipped_examples_all_load() -> None:
     assert sorted(agents) == [
         "demo_action",
         "demo_frontend",
+        "demo_mcp",
         "demo_oneshot",
         "demo_parallel",
         "demo_plain",

@@ -99,6 +99,8 @@ class Conversation:
         policies = ctx.policies
         policies.budgets.use_model_call()
         offers_ordinary = ordinary and bool(self.tools.ordinary)
+        if offers_ordinary:
+            ctx.executor.describe_sources(self.tools.ordinary)
         schemas = self.tools.schemas(ordinary=ordinary, planning=planning)
         if tool_choice is None and schemas:
             tool_choice = policies.tool_choice(offers_ordinary)

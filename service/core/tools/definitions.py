@@ -11,9 +11,15 @@ A tool file holds `{"tools": [...]}`; its suffix sets the kind of every tool in 
 One entry: `name` (letters, digits, `_`, `-`), `description` (sent to the model),
 `parameters` (a JSON Schema object, default: no parameters), and optionally
 `after_call_hint` (added to the system prompt of the stages that offer the tool),
-`toolApi` and `toolParams` (passed to the client in `tool.start`), and `timeoutMs`
-(backend tools: how long a call may take). A broken file is reported with the
-file, the entry and the field.
+`toolApi` and `toolParams`, and `timeoutMs` (backend tools: how long a call may
+take). A frontend tool's `toolApi` and `toolParams` are passed to the client in
+`tool.start`; a backend tool's configure the HTTP call that runs it (see
+service/toolsources/http.py) and stay in the service. A broken file is reported
+with the file, the entry and the field.
+
+A tool that comes from a source outside the service (an MCP server, an HTTP
+endpoint) carries its `ToolOrigin`, which a run describes once with
+`source.snapshot` when a turn first offers one of its tools.
 """
 
 from __future__ import annotations
@@ -41,6 +47,16 @@ SUFFIXES: dict[str, tuple[ToolKind, str]] = {
     ".dqlc": ("frontend", "dqlc"),
 }
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOrigin:
+    """Where a tool runs when that is outside the service: an MCP server, an HTTP endpoint."""
+
+    source_id: str  # e.g. "mcp:clock", "http:weather_api"
+    title: str
+    url: str = ""  # never with credentials: no user info, no query
+    icon: str = ""  # a URL or "emoji:..."
 
 
 class ToolError(Exception):
@@ -71,6 +87,7 @@ class ToolDefinition:
     tool_params: Mapping[str, Any] | None = None
     timeout_s: float | None = None
     source: str = "built-in"  # the file that defines it
+    origin: ToolOrigin | None = None  # the outside source that runs it, if any
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI `tools[]` entry."""
@@ -86,6 +103,8 @@ class ToolDefinition:
     def start_fields(self) -> dict[str, Any]:
         """The optional fields of this tool's `tool.start` event."""
         out: dict[str, Any] = {"description": self.description}
+        if self.kind == "backend":  # its toolApi/toolParams configure its call, not the client
+            return out
         if self.tool_api:
             out["tool_api"] = self.tool_api
         if self.tool_params:

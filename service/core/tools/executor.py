@@ -7,7 +7,8 @@ answered `"OK"` at once. Whatever goes wrong with one call (invalid arguments, a
 tool that raises or times out, no answer in time) becomes that call's error
 result, fed back to the model: the run goes on. Cancellation is never swallowed.
 Calls of one turn run concurrently; results are emitted as they come and
-returned in call order.
+returned in call order. The outside sources of the offered tools (MCP servers,
+HTTP endpoints) are described once per run by `source.snapshot` (`describe_sources`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,12 +82,30 @@ class ToolExecutor:
         self.permission = permission
         self.memory = ResultMemory()
         self.loops = LoopDetector()
+        self.described: set[str] = set()  # origins described by source.snapshot in this run
 
     def scoped(self, out: Emitter) -> ToolExecutor:
         """This executor emitting through `out` (a task's scope), sharing its memory."""
         scoped = copy.copy(self)
         scoped.out = out
         return scoped
+
+    def describe_sources(self, tools: Iterable[ToolDefinition]) -> None:
+        """Emit `source.snapshot` for each origin of `tools` not yet described in this run."""
+        for tool in tools:
+            origin = tool.origin
+            if origin is None or origin.source_id in self.described:
+                continue
+            self.described.add(origin.source_id)
+            self.out.emit(
+                events.make(
+                    "source_snapshot",
+                    source_id=origin.source_id,
+                    title=origin.title,
+                    url=origin.url,
+                    icon=origin.icon,
+                )
+            )
 
     async def execute(
         self, calls: Sequence[ToolCall], tools: Mapping[str, ToolDefinition]

@@ -16,7 +16,9 @@ Resolution follows the sources: every read looks at their versions first, so a
 stage's tools (`for_stage`) and a backend tool's implementation (`handler`) are
 those of the sources at the model's turn and at the call. `for_stage` gives a
 stage exactly its configured tools — refusing unknown names and names of the
-wrong kind — plus the stage's fixed planning tools.
+wrong kind — plus the stage's fixed planning tools. A stage's `toolConfig.mcp`
+names configured MCP servers: every tool such a server offers at the turn is
+offered (none while it is down); a name no source stands for is refused.
 """
 
 from __future__ import annotations
@@ -27,20 +29,22 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from service.core.agents import ResolvedStage, ToolPolicy
 from service.core.directory import DirectoryChange
-from service.core.tools.definitions import ToolDefinition, ToolKind, ToolNotFound
+from service.core.tools.definitions import ToolDefinition, ToolKind, ToolNotFound, ToolOrigin
 from service.core.tools.planning import PLANNING_DEFINITIONS
 from service.core.tools.sources import (
     BackendTool,
     BuiltinTools,
+    OriginSource,
     ToolCallInfo,
     ToolFiles,
     ToolHandler,
     ToolSource,
     is_tool_file,
+    mcp_origin_id,
 )
 
 __all__ = [
@@ -58,8 +62,9 @@ log = logging.getLogger(__name__)
 
 HINTS_HEADING = "## After calling a tool"
 
-#: The configured tools of a stage: (kind, toolConfig key, names) for each kind.
-Wanted = tuple[tuple[ToolKind, str, tuple[str, ...]], ...]
+#: The configured tools of a stage: (kind, toolConfig key, names) for each kind, and
+#: ("mcp", "mcp", server names) for the MCP servers whose every tool is offered.
+Wanted = tuple[tuple[ToolKind | Literal["mcp"], str, tuple[str, ...]], ...]
 
 
 class StageTools:
@@ -214,6 +219,19 @@ class ToolRegistry:
             return None
         return tool.runs_in.handler(name)
 
+    def origins(self) -> dict[str, ToolOrigin]:
+        """The outside origins of the sources' tools by id, also those offering no tool now."""
+        self.refresh()
+        found: dict[str, ToolOrigin] = {}
+        for source in self.sources:
+            if isinstance(source, OriginSource):
+                found.update((origin.source_id, origin) for origin in source.origins)
+        for tool in self._tools.values():
+            origin = tool.definition.origin
+            if origin is not None:
+                found.setdefault(origin.source_id, origin)
+        return found
+
     def for_stage(self, stage: ResolvedStage, policy: ToolPolicy = "ALLOW") -> StageTools:
         """The tools `stage` offers under `policy` (DISALLOW: only its planning tools)."""
         planning = [PLANNING_DEFINITIONS[name] for name in stage.planning_tools]
@@ -223,6 +241,7 @@ class ToolRegistry:
             ("backend", "backends", stage.tools.backends),
             ("frontend", "frontends", stage.tools.frontends),
             ("action", "actions", stage.tools.actions),
+            ("mcp", "mcp", stage.tools.mcp),
         )
         ordinary, problems = self.select(wanted)
         if problems:
@@ -239,6 +258,8 @@ class ToolRegistry:
         ordinary: builtins.list[ToolDefinition] = []
         problems: builtins.list[str] = []
         for kind, key, names in wanted:
+            if kind == "mcp":
+                continue
             for name in names:
                 tool = self._tools.get(name)
                 if tool is None:
@@ -247,7 +268,31 @@ class ToolRegistry:
                     problems.append(f"{key}: '{name}' is a {tool.definition.kind} tool")
                 else:
                     ordinary.append(tool.definition)
+        servers = tuple(name for kind, _, names in wanted if kind == "mcp" for name in names)
+        if servers:
+            ordinary += self._server_tools(servers, {d.name for d in ordinary}, problems)
         return tuple(ordinary), problems
+
+    def _server_tools(
+        self, servers: tuple[str, ...], chosen: set[str], problems: builtins.list[str]
+    ) -> builtins.list[ToolDefinition]:
+        """The backend tools the MCP servers `servers` offer now, after the `chosen` ones."""
+        known = self.origins()
+        ids: set[str] = set()
+        for server in servers:
+            if mcp_origin_id(server) in known:
+                ids.add(mcp_origin_id(server))
+            else:
+                problems.append(f"mcp: '{server}' is not a configured MCP server")
+        found: builtins.list[ToolDefinition] = []
+        for tool in self._tools.values():
+            definition = tool.definition
+            origin = definition.origin
+            if origin is None or origin.source_id not in ids or definition.name in chosen:
+                continue
+            if definition.kind == "backend" and tool.runs_in is not None:
+                found.append(definition)
+        return found
 
     # -- changing ----------------------------------------------------------------------
 
@@ -372,6 +417,8 @@ class ToolRegistry:
                 return f"is a {runs_in.name} backend tool; only a .backend file may redefine it"
             if definition.timeout_s is None:
                 definition = replace(definition, timeout_s=existing.definition.timeout_s)
+            if definition.origin is None:
+                definition = replace(definition, origin=existing.definition.origin)
             tools[name] = _Resolved(definition, runs_in, redescribed=True)
             return ""
         if definition.kind == "backend" and not source.executes:

@@ -14,7 +14,12 @@ describes (`executes` is False): a describing source's backend entry redescribes
 executing source defines, and a backend entry with no such tool is an error
 reported on its origin. That is how a `.backend` file redescribes a built-in; a
 source that calls tools elsewhere (an HTTP endpoint, an MCP server) is an
-executing source like the built-ins.
+executing source like the built-ins, and its definitions carry their
+`ToolOrigin`. Such a source may also be an `OriginSource`: it names the origins
+it stands for even while it offers no tool (an MCP server that is down), so that
+an agent's `toolConfig.mcp` can name a configured server whatever its state.
+The adapters live outside the core: service/toolsources/ (MCP servers, HTTP
+`.backend` tools).
 
 The registry reads a source's `version` on every resolution (each model turn, each
 call) and reads its tools again when it changed, so a source whose tools change
@@ -31,7 +36,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from service.core.directory import (
     Combined,
@@ -43,6 +48,7 @@ from service.core.directory import (
 from service.core.tools.definitions import (
     ToolDefinition,
     ToolDefinitionError,
+    ToolOrigin,
     kind_of,
     load_tool_file,
 )
@@ -111,6 +117,21 @@ class ToolSource(Protocol):
     def handler(self, name: str) -> ToolHandler | None:
         """The implementation of backend tool `name` (None: it has none)."""
         ...
+
+
+@runtime_checkable
+class OriginSource(Protocol):
+    """A source that stands for outside origins (e.g. one MCP server), known even when idle."""
+
+    @property
+    def origins(self) -> Sequence[ToolOrigin]:
+        """The origins whose tools it gives, whether or not it gives any now."""
+        ...
+
+
+def mcp_origin_id(server: str) -> str:
+    """The `ToolOrigin.source_id` of the tools of MCP server `server`."""
+    return f"mcp:{server}"
 
 
 class BuiltinTools:

@@ -7,6 +7,7 @@ provider configured in its place never receives that script.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from datetime import date, timedelta
 from pathlib import Path
@@ -35,6 +36,15 @@ EXPECTED = {
 }
 
 
+#: The example MCP server (examples/mcp/agw.toml configures it for `make run`).
+CLOCK = {
+    "name": "clock",
+    "command": sys.executable,
+    "args": [str(ROOT / "examples" / "mcp" / "clock_server.py")],
+    "connect_timeout_s": 60,
+}
+
+
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
     async with Harness.start(
@@ -48,7 +58,23 @@ async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
         yield harness
 
 
-async def test_the_examples_cover_every_mode_and_tool_kind(demo: Harness) -> None:
+@pytest.fixture
+async def clock_demo(tmp_path: Path) -> AsyncIterator[Harness]:
+    """The demo with the example MCP server configured, as examples/mcp/agw.toml does."""
+    async with Harness.start(
+        ROOT / "agents",
+        None,
+        tools_dir=ROOT / "tools",
+        demo_delay_ms=0,
+        data_dir=tmp_path,
+        http_enabled=False,
+        mcp_servers=[CLOCK],
+    ) as harness:
+        yield harness
+
+
+async def test_the_examples_cover_every_mode_and_tool_kind(clock_demo: Harness) -> None:
+    demo = clock_demo
     agents = demo.app.agents.list()
     assert {a.mode for a in agents} == {"ONESHOT", "REACT", "PLAN_EXECUTE"}
     kinds_used = set()
@@ -198,6 +224,21 @@ def _raw_calls(events: list) -> list[tuple[str, str]]:
             tool_id = event.tool_args.tool_id
             arguments[tool_id] = arguments.get(tool_id, "") + event.tool_args.delta
     return [(names[tool_id], text) for tool_id, text in arguments.items()]
+
+
+async def test_the_mcp_example_asks_the_example_mcp_server(clock_demo: Harness) -> None:
+    events = await clock_demo.query("demo_mcp", "What time is it in Paris?")
+    assert events[-1].type == "run.complete", events[-1]
+    assert_invariants(events)
+    described = [e.source_snapshot for e in events if e.type == "source.snapshot"]
+    assert [(s.source_id, s.title) for s in described] == [("mcp:clock", "clock")]
+    assert calls_of(events) == [
+        ("mcp__clock__zones", {"contains": "Paris"}),
+        ("mcp__clock__now", {"zone": "Europe/Paris"}),
+    ]
+    zones, local = [result_of(e) for e in events if e.type == "tool.result"]
+    assert zones == "Europe/Paris"
+    assert json.loads(local)["zone"] == "Europe/Paris"
 
 
 async def test_a_configured_provider_does_not_get_the_demo_script(tmp_path: Path) -> None:
