@@ -11,6 +11,10 @@ can carry the run's terminal event (`_end`). Events that messages cannot
 express (plans, tasks, sources, submits) are kept in the step's `_events`,
 each with its position among the message-derived events, so that history
 replays exactly as it streamed (see `history.replay`).
+
+A nested run (a subagent called as a tool) is not part of the chat's
+conversation: its turns write no step, and its events (snapshot form, with
+their `parentToolId`) are kept in `_events` of the step that called it.
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ class ChatRecorder:
     # Observers -----------------------------------------------------------------
 
     def _on_turn(self, request: ModelRequest, result: TurnResult) -> None:
+        if result.parent_tool_id:  # a nested run's turn: its events are kept, not its messages
+            return
         if self._waiting is not None:  # a new turn began before all results came in
             self._complete(self._waiting)
         system = ""
@@ -195,6 +201,8 @@ class ChatRecorder:
         return messages
 
     def _on_event(self, event: Event) -> None:
+        if event.parent_tool_id:  # a nested run's event: kept with the calling step
+            return
         field_name = event.WhichOneof("payload")
         if field_name == "content_start":
             self._shown_content.add(event.content_start.content_id)
@@ -268,7 +276,7 @@ class ChatRecorder:
         kept: list[Record] = []
         for event in snapshot_form(log_slice):
             field_name = event.WhichOneof("payload")
-            if field_name in FROM_MESSAGES:
+            if field_name in FROM_MESSAGES and not event.parent_tool_id:
                 step.derived += 1
             elif field_name not in FROM_RUN:
                 kept.append({"_at": step.derived, **event_to_json(event)})
