@@ -463,11 +463,16 @@ def test_shipped_examples_all_load() -> None:
     agents = {agent.key: agent for agent in registry.list()}
     assert sorted(agents) == [
         "demo_action",
+        "demo_escalate",
         "demo_frontend",
         "demo_oneshot",
         "demo_plain",
         "demo_plan",
+        "demo_question",
         "demo_react",
+        "demo_researcher",
+        "demo_skills",
+        "demo_team",
     ]
     for agent in agents.values():
         assert agent.json_schema_ref == f"./{SCHEMA_FILE_NAME}"
