@@ -170,6 +170,24 @@ async def test_cancelling_the_run_cancels_the_nested_run_and_closes_its_blocks(
     await replayed(core, events)
 
 
+async def test_the_callers_time_budget_bounds_the_nested_run(
+    agents_dir: Path, model: ScriptedModel
+) -> None:
+    write_agent(agents_dir, "hasty", calling("helper", budget={"timeoutMs": 300}))
+    model.enqueue(
+        delegate("h1", "helper", "Talk"),
+        [content("Hal"), Gate(asyncio.Event()), content("f"), finish("stop")],
+    )
+    async with InProcess.start(agents_dir, model, builtin=Probe().tools()) as core:
+        events = await core.query("hasty", "Talk")
+        assert kinds(events) == [*HEAD, *CALL[:4], *ANSWER, "run.error"]
+        assert_invariants(events)
+        assert [e.parent_tool_id for e in events[7:10]] == ["h1"] * 3
+        error = events[-1].run_error.error
+        assert (error.reason, error.metadata["budget"]) == ("BUDGET_EXHAUSTED", "timeoutMs")
+        await replayed(core, events)
+
+
 async def test_a_failing_nested_run_is_the_calls_error_and_the_caller_goes_on(
     core: InProcess, model: ScriptedModel
 ) -> None:
