@@ -18,7 +18,9 @@ from service.core.frontdoor import FrontDoor, FrontDoorOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
 from service.core.observe import Price, Pricing
+from service.core.skills import SkillRegistry
 from service.core.tools.registry import ToolRegistry
+from service.core.tools.skill_tool import SkillTools
 from service.core.uploads import UploadStore
 from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
@@ -117,10 +119,11 @@ class App:
         )
         self.agents = AgentRegistry(settings.agents_dir)
         self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
+        self.skills = SkillRegistry(settings.skills_dir)
         self.tools = ToolRegistry(
             settings.tools_dir,
             builtin=builtin_tools(bash_options(settings), settings.frontend_wait_timeout_s),
-            sources=self.mcp,
+            sources=[*self.mcp, SkillTools(self.skills, self.agents)],
             default_timeout_s=settings.tool_timeout_s,
         )
         self.http_tools: HttpTools | None = None
@@ -152,6 +155,7 @@ class App:
             bus=self.bus,
             uploads=UploadStore(settings.uploads_path, settings.upload_max_bytes),
             tools=self.tools,
+            skills=self.skills,
             options=FrontDoorOptions(
                 max_active_runs=settings.max_concurrent_runs,
                 max_message_bytes=settings.max_message_bytes,
@@ -179,12 +183,14 @@ class App:
             authenticator=self.authenticator,
             max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
             tls=self.tls,
+            heartbeat_s=settings.grpc_heartbeat_s,
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
         self._stop_watch = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         self._tools_watch: asyncio.Task[None] | None = None
+        self._skills_watch: asyncio.Task[None] | None = None
 
     def _image_input(self, provider: str) -> bool:
         configured = self.settings.providers.get(provider)
@@ -201,8 +207,16 @@ class App:
             self.settings.agents_dir,
             len(self.agents.errors),
         )
+        self.skills.load_all()
+        log.info(
+            "loaded %d skills from %s (%d broken)",
+            len(self.skills.list()),
+            self.settings.skills_dir,
+            len(self.skills.errors),
+        )
         if self.settings.agents_watch:
             self._watch = asyncio.create_task(self.agents.watch(self._stop_watch))
+            self._skills_watch = asyncio.create_task(self.skills.watch(self._stop_watch))
         self.tools.load_all()
         await asyncio.gather(*(server.start() for server in self.mcp))
         log.info(
@@ -255,10 +269,11 @@ class App:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        if self._tools_watch is not None:
-            self._tools_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tools_watch
+        for watch in (self._tools_watch, self._skills_watch):
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
         await asyncio.gather(*(server.stop() for server in self.mcp))
         if self.http_tools is not None:
             await self.http_tools.aclose()

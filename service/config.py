@@ -127,6 +127,7 @@ class Settings(BaseSettings):
     max_message_bytes: int = 1024 * 1024  # a query's message (UTF-8) beyond this is refused
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
+    grpc_heartbeat_s: float = Field(10.0, ge=0)  # a heartbeat event after this silence; 0: off
 
     # HTTP/SSE adapter and web page (routes from the proto's google.api.http annotations)
     http_enabled: bool = True
@@ -158,6 +159,8 @@ class Settings(BaseSettings):
     # Agents
     agents_dir: Path = Path("agents")
     agents_watch: bool = True
+    # Skills: one folder per skill with its SKILL.md, watched like the agents
+    skills_dir: Path = Path("skills")
 
     # Tools: tool files (*.backend, *.action, *.html, *.qlc, *.dqlc), watched like the agents
     tools_dir: Path = Path("tools")

@@ -37,7 +37,9 @@ from service.core.agent_registry import AgentRegistry
 from service.core.commands import QueryCommand
 from service.core.frontdoor import FrontDoor, FrontDoorOptions
 from service.core.model import ModelClient
+from service.core.skills import SkillRegistry
 from service.core.tools.registry import BackendTool, ToolRegistry
+from service.core.tools.skill_tool import SkillTools
 from service.core.uploads import UploadStore
 from service.providers.loopback import LoopbackProvider
 from service.providers.registry import ProviderRegistry
@@ -176,15 +178,21 @@ class InProcess:
         tools_dir: Path | None = None,
         builtin: Iterable[BackendTool] = (),
         data_dir: Path | None = None,
+        skills_dir: Path | None = None,
     ) -> AsyncIterator[InProcess]:
         """The front door over the agents of `agents_dir`, with `model` as its only provider.
 
-        Uploads go to `data/` beside `agents_dir` unless overridden.
+        Uploads go to `data/` beside `agents_dir` unless overridden. With `skills_dir`,
+        its skills are offered (and the `skill` tool is there).
         """
         data = data_dir or agents_dir.parent / "data"
         agents = AgentRegistry(agents_dir)
         agents.load_all()
-        tools = ToolRegistry(tools_dir, builtin=builtin)
+        skills = SkillRegistry(skills_dir) if skills_dir is not None else None
+        sources = [SkillTools(skills, agents)] if skills is not None else []
+        if skills is not None:
+            skills.load_all()
+        tools = ToolRegistry(tools_dir, builtin=builtin, sources=sources)
         tools.load_all()
         providers = ProviderRegistry()
         providers.register(model.key, model, default_model=default_model)
@@ -196,6 +204,7 @@ class InProcess:
             bus=LocalRunBus(),
             uploads=UploadStore(data / "uploads", 16 * 1024 * 1024),
             tools=tools,
+            skills=skills,
             options=FrontDoorOptions(),
         )
         await frontdoor.open()

@@ -72,7 +72,11 @@ export interface Payloads {
   taskStart: { description: string };
   taskComplete: { description: string };
   taskFail: { error: ErrorDetail };
-  questionAsk: { questionId: string; question: string; options: string[]; timeoutMs: number };
+  questionAsk: {
+    questionId: string; question: string; options: string[]; timeoutMs: number;
+    choices: { label: string; description: string; recommended: boolean }[];
+    multiSelect: boolean; allowFreeText: boolean;
+  };
   permissionAsk: {
     permissionId: string; toolId: string; toolName: string; arguments: string; timeoutMs: number;
   };
@@ -89,15 +93,21 @@ export type Event = {
   chatId: string;
   runId: string;
   taskId: string;
+  /** The calling tool's id on the events of a nested run (a subagent); "" otherwise. */
+  parentToolId: string;
   /** Name of the set payload field, e.g. "contentDelta". */
   payload: string;
 } & Partial<Payloads> & { [payload: string]: unknown };
 
 export interface Agent {
   key: string; name: string; icon: string; description: string;
-  mode: 'AGENT_MODE_UNSPECIFIED' | 'AGENT_MODE_ONESHOT' | 'AGENT_MODE_REACT' | 'AGENT_MODE_PLAN_EXECUTE';
+  mode: AgentMode;
   providerKey: string; model: string; tools: string[];
+  /** The modes a query may choose with `mode`. */
+  modes: AgentMode[];
 }
+export type AgentMode =
+  'AGENT_MODE_UNSPECIFIED' | 'AGENT_MODE_ONESHOT' | 'AGENT_MODE_REACT' | 'AGENT_MODE_PLAN_EXECUTE';
 export interface ChatSummary {
   chatId: string; chatName: string; agentKey: string; createdAt: number; updatedAt: number; runCount: number;
 }
@@ -211,6 +221,8 @@ export interface QueryFields {
   chatId?: string; requestId?: string; role?: string;
   references?: Reference[]; params?: Record<string, Json>; scene?: Record<string, Json>;
   stream?: boolean; debugLevel?: string;
+  /** One of the agent's `modes`, e.g. 'AGENT_MODE_PLAN_EXECUTE'. */
+  mode?: AgentMode;
   [field: string]: unknown;
 }
 

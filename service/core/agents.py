@@ -25,6 +25,13 @@ tools), else the outer one. PLAN_EXECUTE's planning tools are not part of `toolC
 the runner adds them (`PLAN_ADD_TASKS_TOOL`, `PLAN_UPDATE_TASK_TOOL`, and `PLAN_DECIDE_TOOL`,
 `PLAN_VERIFY_TOOL` for the optional replan and verify stages, which have no ordinary tools).
 
+Modes. `mode` is the mode a query runs in unless it chooses another of `modes` (the
+request's `mode`); `AgentDefinition.in_mode` gives the agent as it runs in that mode.
+A REACT agent with `react.escalate` may switch to PLAN_EXECUTE mid-run, so it needs
+the `planExecute` stages too. `toolConfig.agents` names other agents offered as tools
+(subagents), `skills` the skills offered (the `skill` tool, added to each stage that
+does not clear its tools).
+
 `modelConfig.extraBody` holds request-body fields per provider key ("*": every provider);
 a stage's `extraBody` replaces the outer one whole; `ResolvedModel.body_for(provider)`
 gives the fields of one provider.
@@ -68,9 +75,12 @@ PLAN_UPDATE_TASK_TOOL = "_plan_update_task_"
 PLAN_DECIDE_TOOL = "_plan_decide_"
 PLAN_VERIFY_TOOL = "_plan_verify_"
 PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL, PLAN_DECIDE_TOOL, PLAN_VERIFY_TOOL)
+#: The tool that loads a skill's text, offered to the stages of agents with `skills`.
+SKILL_TOOL = "skill"
 SCHEMA_FILE_NAME = "agent.schema.json"
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+SkillName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 ProviderKey = Annotated[str, StringConstraints(min_length=1)]
 AgentKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
 
@@ -158,6 +168,13 @@ class ToolConfig(_Strict):
         default_factory=list,
         description="Configured MCP servers (AGW_MCP_SERVERS) whose every tool is offered.",
     )
+    agents: list[ToolName] = Field(
+        default_factory=list,
+        description=(
+            "Keys of other agents offered as tools (subagents): the model calls one with "
+            "{task}; its nested run streams inside this run and its answer is the result."
+        ),
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> ToolConfig:
@@ -168,7 +185,7 @@ class ToolConfig(_Strict):
                 issues.append((f"mcp[{index}]", f"duplicate server '{name}' (see {servers[name]})"))
             servers.setdefault(name, f"mcp[{index}]")
         seen: dict[str, str] = {}
-        for kind in ("backends", "frontends", "actions"):
+        for kind in ("backends", "frontends", "actions", "agents"):
             for index, name in enumerate(getattr(self, kind)):
                 where = f"{kind}[{index}]"
                 if name in PLANNING_TOOLS:
@@ -207,6 +224,13 @@ class ReactStage(_Stage):
     """REACT: think, call at most one tool, observe; at most `maxSteps` rounds."""
 
     max_steps: int = Field(6, alias="maxSteps", gt=0)
+    escalate: bool = Field(
+        False,
+        description=(
+            "Offer the plan_create tool: calling it switches the run to PLAN_EXECUTE "
+            "(the planExecute stages, required then), planning from the conversation so far."
+        ),
+    )
 
 
 class PlanStage(_Stage):
@@ -318,16 +342,17 @@ class ResolvedModel:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedTools:
-    """The ordinary tools a stage may use (planning tools excluded)."""
+    """The ordinary tools a stage may use (planning tools excluded), subagents included."""
 
     backends: tuple[str, ...] = ()
     frontends: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     mcp: tuple[str, ...] = ()  # MCP servers whose every tool is offered
+    agents: tuple[str, ...] = ()  # keys of the agents offered as tools
 
     @property
     def names(self) -> tuple[str, ...]:
-        return self.backends + self.frontends + self.actions
+        return self.backends + self.frontends + self.actions + self.agents
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +412,13 @@ class AgentDefinition(_Strict):
     model_config_: ModelConfig | None = Field(None, alias="modelConfig")
     tool_config: ToolConfig | None = Field(None, alias="toolConfig")
     mode: Mode
+    modes: list[Mode] | None = Field(
+        None,
+        description=(
+            "The modes a query may choose (QueryRequest.mode), each with its stages; "
+            "must include `mode`, the default. Default: only `mode`."
+        ),
+    )
     output: Output = "PLAIN"
     tool_policy: ToolPolicy = Field("ALLOW", alias="toolPolicy")
     verify: Verify = "NONE"
@@ -399,6 +431,14 @@ class AgentDefinition(_Strict):
         ),
     )
     budget: Budget = Field(default_factory=Budget)
+    skills: bool | list[SkillName] = Field(
+        False,
+        description=(
+            "Offer skills (the folders of the skills directory): true for all, or their "
+            "names. Their names and descriptions go into the system prompt, and the "
+            "`skill` tool loads one's full text."
+        ),
+    )
     plain: PlainStage | None = None
     react: ReactStage | None = None
     plan_execute: PlanExecuteConfig | None = Field(None, alias="planExecute")
@@ -423,12 +463,22 @@ class AgentDefinition(_Strict):
             issues.append(
                 ("key", f"'{self.key}' must equal the file name '{file_key}' (or be omitted)")
             )
-        needed = [s for s in _MODE_STAGES[self.mode] if s not in _OPTIONAL_STAGES]
-        for stage in needed:
+        modes = self.modes if self.modes is not None else [self.mode]
+        if self.mode not in modes:
+            issues.append(("modes", f"must include the agent's mode {self.mode}"))
+        if len(set(modes)) != len(modes):
+            issues.append(("modes", "lists a mode twice"))
+        needed: dict[StageName, str] = {}
+        for mode in dict.fromkeys([self.mode, *modes]):
+            for stage in _MODE_STAGES[mode]:
+                if stage not in _OPTIONAL_STAGES:
+                    needed.setdefault(stage, f"mode {mode}")
+        if self.react is not None and self.react.escalate:
+            for stage in ("plan", "execute"):
+                needed.setdefault(stage, "react.escalate")
+        for stage, by in needed.items():
             if self._stage_config(stage) is None:
-                issues.append(
-                    (_STAGE_PATHS[stage], f"is required by mode {self.mode} (with a systemPrompt)")
-                )
+                issues.append((_STAGE_PATHS[stage], f"is required by {by} (with a systemPrompt)"))
         _raise_issues(issues)
         return self
 
@@ -437,6 +487,33 @@ class AgentDefinition(_Strict):
     def permission(self, tool_name: str) -> Permission:
         """How a call of `tool_name` is permitted (the tool's entry, else "*", else ALLOW)."""
         return self.tool_permissions.get(tool_name) or self.tool_permissions.get("*") or "ALLOW"
+
+    @property
+    def allowed_modes(self) -> tuple[Mode, ...]:
+        """The modes a query may run this agent in, its `mode` first."""
+        return tuple(dict.fromkeys([self.mode, *(self.modes or ())]))
+
+    def in_mode(self, mode: Mode) -> AgentDefinition:
+        """This agent running in `mode` (one of `allowed_modes`) instead of its default."""
+        if mode == self.mode:
+            return self
+        if mode not in self.allowed_modes:
+            allowed = ", ".join(self.allowed_modes)
+            raise InvalidRequest(
+                f"agent {self.key!r} does not run in mode {mode} (it allows {allowed}; "
+                'a query may choose among the modes listed in its "modes")',
+                agent_key=self.key,
+            )
+        return self.model_copy(update={"mode": mode})
+
+    @property
+    def escalates(self) -> bool:
+        """Whether a REACT run may switch to PLAN_EXECUTE (`react.escalate`)."""
+        return self.mode == "REACT" and self.react is not None and self.react.escalate
+
+    def offers_skill(self, name: str) -> bool:
+        """Whether the agent's `skills` include skill `name`."""
+        return self.skills is True or (isinstance(self.skills, list) and name in self.skills)
 
     @property
     def react_max_steps(self) -> int:
@@ -487,8 +564,12 @@ class AgentDefinition(_Strict):
 
     @property
     def stage_names(self) -> tuple[StageName, ...]:
-        """The stages this agent's mode runs, in order (optional ones only when configured)."""
-        return tuple(s for s in _MODE_STAGES[self.mode] if self._stage_config(s) is not None)
+        """The stages this agent's mode runs, in order (optional ones only when configured).
+
+        A REACT agent that escalates may go on with the PLAN_EXECUTE stages.
+        """
+        names = _MODE_STAGES[self.mode] + (_MODE_STAGES["PLAN_EXECUTE"] if self.escalates else ())
+        return tuple(s for s in names if self._stage_config(s) is not None)
 
     def tool_names(self) -> list[str]:
         """Every ordinary tool the mode's stages may use, each once, in file order."""
@@ -538,13 +619,24 @@ class AgentDefinition(_Strict):
         return stages[name]
 
     def _stage_tools(self, config: _PromptStage) -> ResolvedTools:
+        """The stage's tools; with `skills`, the `skill` tool too (unless the stage clears them)."""
         if not isinstance(config, _Stage):  # a stage with only its fixed planning tool
             return ResolvedTools()
-        tools = config.tool_config if "tool_config" in config.model_fields_set else self.tool_config
+        own = "tool_config" in config.model_fields_set
+        tools = config.tool_config if own else self.tool_config
         if tools is None:
-            return ResolvedTools()
+            if own:  # an explicit null: the stage has no ordinary tools
+                return ResolvedTools()
+            tools = ToolConfig()
+        backends = tuple(tools.backends)
+        if self.skills and SKILL_TOOL not in backends:
+            backends += (SKILL_TOOL,)
         return ResolvedTools(
-            tuple(tools.backends), tuple(tools.frontends), tuple(tools.actions), tuple(tools.mcp)
+            backends,
+            tuple(tools.frontends),
+            tuple(tools.actions),
+            mcp=tuple(tools.mcp),
+            agents=tuple(tools.agents),
         )
 
 

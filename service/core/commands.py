@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
+from service.core.agents import Mode
+
 #: What a query on a chat that has an active run does: fail, wait its turn, or stop the run.
 Strategy = Literal["reject", "enqueue", "interrupt"]
 
@@ -89,6 +91,7 @@ class QueryCommand:
     debug_level: DebugLevel | None = None  # None: the service's default
     strategy: Strategy | None = None  # None: the service's default
     principal: Principal = ANONYMOUS  # who asks; owns the chat and the run
+    mode: Mode | None = None  # one of the agent's `modes`; None: its `mode`
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,11 @@ increments on each effective change: an item added, replaced or removed, or a
 file's error recorded, changed or cleared; each is described by a
 `DirectoryChange` given to `on_change`. Call the registry from the event loop's
 thread (or before the loop runs).
+
+An entry of the directory is one of its definition files; a registry whose
+entries are folders (a skill is a folder) says which folders are entries
+(`entries`) and which entry a changed path belongs to (`entry_of`), and is
+watched recursively.
 """
 
 from __future__ import annotations
@@ -147,11 +152,22 @@ class DirectoryRegistry(Generic[T]):
 
     # -- changing ----------------------------------------------------------------------
 
+    #: Whether entries are folders whose contents are watched too.
+    recursive = False
+
+    def entries(self) -> set[str]:
+        """The names of the directory's entries now: its definition files."""
+        relevant = self.loader.relevant
+        return {p.name for p in self.directory.iterdir() if relevant(p) and p.is_file()}
+
+    def entry_of(self, path: Path) -> str | None:
+        """The entry a changed `path` belongs to (None: it belongs to none)."""
+        return path.name if self.loader.relevant(path) else None
+
     def load_all(self) -> DirectoryChange | None:
         """Scan the whole directory; returns the change, or None when nothing changed."""
-        relevant = self.loader.relevant
         if self.directory.is_dir():
-            present = {p.name for p in self.directory.iterdir() if relevant(p) and p.is_file()}
+            present = self.entries()
         else:
             self.log.warning("%ss directory %s does not exist", self.loader.noun, self.directory)
             present = set()
@@ -243,7 +259,7 @@ class DirectoryRegistry(Generic[T]):
             return
 
         def keep(change: Change, path: str) -> bool:
-            return self.loader.relevant(Path(path))
+            return self.entry_of(Path(path)) is not None
 
         changes = awatch(
             self.directory,
@@ -253,7 +269,7 @@ class DirectoryRegistry(Generic[T]):
             stop_event=stop_event,
             force_polling=force_polling,
             poll_delay_ms=poll_delay_ms,
-            recursive=False,
+            recursive=self.recursive,
         )
         # The first step of `first` sets the OS watch up before it suspends, so after one
         # yield to the loop the catch-up scan cannot miss a change.
@@ -263,7 +279,7 @@ class DirectoryRegistry(Generic[T]):
             self.load_all()
             batch = await first
             while True:
-                self.refresh({Path(path).name for _, path in batch})
+                self.refresh({e for _, path in batch if (e := self.entry_of(Path(path)))})
                 batch = await anext(changes)
         except StopAsyncIteration:
             pass

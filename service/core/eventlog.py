@@ -12,7 +12,10 @@ exactly one terminal event is appended, after which the log is closed.
 
 Producers write through an `Emitter` (`log.scope(task_id=...)`): a scoped
 emitter stamps its task id on what it emits, so several plan tasks can stream
-into one log at once, each event carrying its own `taskId`. Observers (the chat
+into one log at once, each event carrying its own `taskId`. A nested run (a
+subagent called as a tool) writes through `emitter.nested(tool_id)`: its events
+carry the calling tool's id as `parentToolId`, in the run's one sequence, and
+`close_nested` closes whatever blocks it left open when it ends. Observers (the chat
 recorder, metrics) subscribe with `observe` and see every appended event, in
 order, synchronously — like any reader, but without a position to keep.
 """
@@ -154,6 +157,14 @@ class EventLog(Sequence[Event]):
             self.emit(events.end_of(start))
         return self.emit(terminal)
 
+    def close_nested(self, parent_tool_id: str) -> None:
+        """Close the blocks left open by the nested run under `parent_tool_id` (innermost first)."""
+        if self.done:
+            return
+        for start in reversed(list(self._open.values())):
+            if start.parent_tool_id == parent_tool_id:
+                self.emit(events.end_of(start))
+
     # -- reading -----------------------------------------------------------------------
 
     async def wait(self) -> None:
@@ -188,13 +199,17 @@ class EventLog(Sequence[Event]):
 
 
 class Emitter:
-    """Writes into a run's log on behalf of one scope: the run itself, or one plan task."""
+    """Writes into a run's log on behalf of one scope: the run itself, or one plan task.
 
-    __slots__ = ("log", "task_id")
+    The scope of a nested run (`nested`) also stamps the calling tool's id on its events.
+    """
 
-    def __init__(self, log: EventLog, task_id: str = "") -> None:
+    __slots__ = ("log", "parent_tool_id", "task_id")
+
+    def __init__(self, log: EventLog, task_id: str = "", parent_tool_id: str = "") -> None:
         self.log = log
         self.task_id = task_id
+        self.parent_tool_id = parent_tool_id
 
     @property
     def run_id(self) -> str:
@@ -209,11 +224,17 @@ class Emitter:
         return self.log.done
 
     def emit(self, event: Event) -> Event:
-        """Append `event`, stamped with this scope's task id unless it names its own."""
+        """Append `event`, stamped with this scope's ids unless it names its own."""
         if self.task_id and not event.task_id:
             event.task_id = self.task_id
+        if self.parent_tool_id and not event.parent_tool_id:
+            event.parent_tool_id = self.parent_tool_id
         return self.log.emit(event)
 
     def scope(self, task_id: str) -> Emitter:
-        """An emitter for `task_id` on the same log."""
-        return Emitter(self.log, task_id)
+        """An emitter for `task_id` on the same log (in the same nested run, if any)."""
+        return Emitter(self.log, task_id, self.parent_tool_id)
+
+    def nested(self, tool_id: str) -> Emitter:
+        """An emitter for the nested run that the tool call `tool_id` starts."""
+        return Emitter(self.log, "", tool_id)

@@ -285,6 +285,34 @@ def context_compress(
     )
 
 
+def question_ask(
+    question_id: str,
+    question: str,
+    options: list[tuple[str, str, bool]],
+    *,
+    timeout_ms: int,
+    multi_select: bool = False,
+    allow_free_text: bool = False,
+) -> Event:
+    """A question with (label, description, recommended) options: their labels in
+    `options`, and the typed `choices` too when one of them is more than a label."""
+    described = any(description or recommended for _, description, recommended in options)
+    return Event(
+        question_ask=pb.QuestionAsk(
+            question_id=question_id,
+            question=question,
+            options=[label for label, _, _ in options],
+            timeout_ms=timeout_ms,
+            choices=[
+                pb.QuestionOption(label=label, description=description, recommended=recommended)
+                for label, description, recommended in (options if described else [])
+            ],
+            multi_select=multi_select,
+            allow_free_text=allow_free_text,
+        )
+    )
+
+
 def loop_detect(tool_name: str, arguments: str, repeat_count: int) -> Event:
     return Event(
         loop_detect=pb.LoopDetect(
@@ -302,6 +330,7 @@ def end_of(start: Event) -> Event:
     getattr(end, end_field).SetInParent()
     setattr(getattr(end, end_field), id_field, getattr(getattr(start, field), id_field))
     end.task_id = start.task_id
+    end.parent_tool_id = start.parent_tool_id
     return end
 
 

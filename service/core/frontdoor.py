@@ -60,6 +60,8 @@ from service.core.ports import ChatStore, ChatSummary, RunBus, RunLog, RunRef
 from service.core.recorder import ChatRecorder, user_message
 from service.core.runner import Mode, ModelRouter, RunContext, execute, resolve_model
 from service.core.runstate import Accounting, RunState
+from service.core.skills import SkillRegistry
+from service.core.subagents import Subagents
 from service.core.tools.registry import ToolRegistry
 from service.core.turn import Ids
 from service.core.uploads import StoredUpload, UploadStore
@@ -112,6 +114,7 @@ class FrontDoor:
         bus: RunBus,
         uploads: UploadStore,
         tools: ToolRegistry | None = None,
+        skills: SkillRegistry | None = None,
         options: FrontDoorOptions = FrontDoorOptions(),
     ) -> None:
         self.agents = agents
@@ -121,6 +124,8 @@ class FrontDoor:
         self.bus = bus
         self.uploads = uploads
         self.tools = tools if tools is not None else ToolRegistry()
+        self.skills = skills
+        self.subagents = Subagents(agents)
         self.options = options
         self.draining = False
         self._active: set[RunState] = set()  # the runs this process executes
@@ -158,12 +163,15 @@ class FrontDoor:
         if command.chat_id:
             check_chat_id(command.chat_id)
         agent = self.agents.get(command.agent_key)
+        if command.mode is not None:  # the query chooses among the agent's modes
+            agent = agent.in_mode(command.mode)
         mode = MODES.get(agent.mode)
         if mode is None:
             raise InvalidRequest(f"agent {agent.key!r}: mode {agent.mode} is not available")
         for stage in agent.stage_names:  # fail fast on an unknown provider or model
             resolve_model(self.models, agent.stage(stage), [])
             self.tools.for_stage(agent.stage(stage), agent.tool_policy)  # and on unknown tools
+        self.subagents.check(agent)  # and on unknown subagents, cycles, too deep a nesting
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
@@ -265,6 +273,8 @@ class FrontDoor:
             history,
             model_user,
             tools=self.tools,
+            subagents=self.subagents,
+            skills=self.skills,
         )
         run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")

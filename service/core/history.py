@@ -124,7 +124,7 @@ _ID_FIELD = {
 def _stamp(snap: Event, start: Event) -> Event:
     snap.type = EVENT_TYPES[snap.WhichOneof("payload") or ""]
     snap.timestamp, snap.chat_id, snap.run_id = start.timestamp, start.chat_id, start.run_id
-    snap.task_id = start.task_id
+    snap.task_id, snap.parent_tool_id = start.task_id, start.parent_tool_id
     return snap
 
 

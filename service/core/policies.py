@@ -145,7 +145,7 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
     ]
     client, request = ctx.model_call(stage, messages, reasoning=Reasoning(enabled=False))
     run, out = ctx.run, ctx.out
-    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id)
+    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id)
     observer = ModelCallObserver(run, out, request)
     pieces: list[str] = []
     error: BaseException | None = None

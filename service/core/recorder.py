@@ -18,6 +18,10 @@ are no longer contiguous in the run. From the first step whose events mix with
 another task's, the run's steps are recorded with positions instead: `_order`
 gives the position in the run's history of each event the step's messages
 replay as, and each kept event carries its `_pos`.
+
+A nested run (a subagent called as a tool) is not part of the chat's
+conversation: its turns write no step, and its events (snapshot form, with
+their `parentToolId`) are kept in `_events` of the step that called it.
 """
 
 from __future__ import annotations
@@ -125,6 +129,8 @@ class ChatRecorder:
     # Observers -----------------------------------------------------------------
 
     def _on_turn(self, request: ModelRequest, result: TurnResult) -> None:
+        if result.parent_tool_id:  # a nested run's turn: its events are kept, not its messages
+            return
         previous = self._waiting.pop(result.task_id, None)
         if previous is not None:  # a new turn began before all results came in
             self._complete(previous)
@@ -214,6 +220,8 @@ class ChatRecorder:
         return messages
 
     def _on_event(self, event: Event) -> None:
+        if event.parent_tool_id:  # a nested run's event: kept with the calling step
+            return
         field_name = event.WhichOneof("payload")
         if field_name == "content_start":
             self._shown_content.add(event.content_start.content_id)
@@ -287,11 +295,16 @@ class ChatRecorder:
         self._slice_start = len(self.run.log)
         history = [e for e in snapshot_form(log_slice) if e.WhichOneof("payload") not in FROM_RUN]
         task_id = step.record.get("taskId", "")
-        if any(e.WhichOneof("payload") in FROM_MESSAGES and e.task_id != task_id for e in history):
+        if any(
+            e.WhichOneof("payload") in FROM_MESSAGES
+            and not e.parent_tool_id
+            and e.task_id != task_id
+            for e in history
+        ):
             self._positional = True  # another task's turn streamed within this step's
         for event in history:
             position, self._position = self._position, self._position + 1
-            if event.WhichOneof("payload") in FROM_MESSAGES:
+            if event.WhichOneof("payload") in FROM_MESSAGES and not event.parent_tool_id:
                 self._positions[event_key(event)] = position
                 step.derived += 1
             else:

@@ -2,7 +2,10 @@
 
 A mode is a coroutine of a `RunContext`: the run's state, the emitter of the
 scope it works in (the run, or one plan task: `ctx.for_task(task_id)`), the
-agent, the query, and the ports it may use (models, tools, the run bus).
+agent, the query, and the ports it may use (models, tools, the run bus), and
+the services a stage may offer: its subagents (service/core/subagents.py) and
+the skills (service/core/skills.py). A subagent runs as a nested run: a
+context of its own (`lineage` names the agents calling it) on the same run.
 
 The runner owns the run's lifecycle. Whatever the mode does, the run ends with
 exactly one terminal event: `run.complete` when the mode returns, `run.error`
@@ -17,12 +20,12 @@ import copy
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 
 from service.core import events, instruments
-from service.core.agents import AgentDefinition, ResolvedStage
+from service.core.agents import SKILL_TOOL, AgentDefinition, ResolvedStage
 from service.core.commands import QueryCommand
 from service.core.errors import AgwError, BudgetExhausted, InvalidRequest
 from service.core.eventlog import Emitter
@@ -31,8 +34,12 @@ from service.core.policies import RunPolicies
 from service.core.ports import RunBus
 from service.core.runstate import RunState
 from service.core.tools.executor import ToolExecutor
-from service.core.tools.registry import ToolRegistry
+from service.core.tools.registry import StageTools, ToolRegistry
 from service.core.turn import Ids
+
+if TYPE_CHECKING:
+    from service.core.skills import SkillRegistry
+    from service.core.subagents import Subagents
 
 log = logging.getLogger("agw.run")
 
@@ -70,13 +77,21 @@ class RunContext:
     history: list[dict[str, Any]] = field(default_factory=list)  # the chat's last runs
     user_message: dict[str, Any] = field(default_factory=dict)  # this run's user message
     tools: ToolRegistry = field(default_factory=ToolRegistry)  # the tools the stages may use
+    subagents: Subagents | None = None  # runs the agents a stage offers as tools
+    skills: SkillRegistry | None = None  # the skills agents with `skills` are offered
+    lineage: tuple[str, ...] = ()  # the agents whose subagent this run is, outermost first
     policies: RunPolicies = field(init=False)  # budgets, tool policy, output, verify
     executor: ToolExecutor = field(init=False)  # runs the tool calls
 
     def __post_init__(self) -> None:
         self.policies = RunPolicies(self.agent)
         self.executor = ToolExecutor(
-            self.run, self.out, self.tools, self.bus, self.agent.permission
+            self.run,
+            self.out,
+            self.tools,
+            self.bus,
+            self.agent.permission,
+            agent_key=self.agent.key,
         )
 
     def for_task(self, task_id: str) -> RunContext:
@@ -88,6 +103,22 @@ class RunContext:
         scoped.out = self.out.scope(task_id)
         scoped.executor = self.executor.scoped(scoped.out)
         return scoped
+
+    def stage_tools(self, stage: ResolvedStage) -> StageTools:
+        """The tools `stage` offers: its configured tools, then its subagents."""
+        tools = self.tools.for_stage(stage, self.agent.tool_policy)
+        if self.subagents is None or not stage.tools.agents:
+            return tools
+        if self.agent.tool_policy == "DISALLOW":
+            return tools
+        return tools.extended(self.subagents.offer(self, stage.tools.agents))
+
+    def system_prompt(self, stage: ResolvedStage, tools: StageTools) -> str:
+        """The system prompt of `stage` offering `tools`: hints, and the skills it may load."""
+        text = tools.system_prompt(stage.system_prompt)
+        if self.skills is not None and SKILL_TOOL in tools.by_name:
+            text += self.skills.prompt_section(self.agent)
+        return text
 
     def model_call(
         self, stage: ResolvedStage, messages: list[dict[str, Any]], **options: Any

@@ -58,6 +58,7 @@ class TurnResult:
     duration_ms: float = 0.0
     hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
     task_id: str = ""  # the plan task the turn worked for, if any
+    parent_tool_id: str = ""  # the subagent call whose nested run made the turn, if any
 
 
 #: Gives the event id of a tool call from its name and the model's tool_call_id.
@@ -146,7 +147,7 @@ async def stream_turn(
     model's tool_call_id.
     """
     emit = out.emit
-    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id)
+    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id)
     reasoning: list[str] = []
     content: list[str] = []
     open_kind = ""  # the open text block: "reasoning" | "content" | ""

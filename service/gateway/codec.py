@@ -6,8 +6,8 @@ plain JSON) with two deliberate differences, both part of the HTTP contract:
 
 * 64-bit integers are JSON numbers, not strings (`"seq": 3`, not `"seq": "3"`);
 * an `agw.v1.Event` is *flat*: its envelope (`seq`, `type`, `timestamp`,
-  `chatId`, `runId`, `taskId`) and its payload's fields are one object, e.g.
-  `{"seq":3,"type":"content.delta",…,"contentId":"…","delta":"Hi"}` — wherever
+  `chatId`, `runId`, `taskId`, `parentToolId`) and its payload's fields are one
+  object, e.g. `{"seq":3,"type":"content.delta",…,"contentId":"…","delta":"Hi"}` — wherever
   an event appears, in an SSE message or inside a unary response.
 
 Event JSON is produced once per streamed event, so this is on the hot path. A

@@ -18,7 +18,7 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format, struct_pb2
 
-from service.core.agents import AgentDefinition
+from service.core.agents import AgentDefinition, Mode
 from service.core.commands import (
     ANONYMOUS,
     ChatView,
@@ -57,11 +57,12 @@ SUBMIT_OUTCOMES: dict[SubmitOutcome, gw.SubmitOutcome.ValueType] = {
     "EXPIRED": gw.SUBMIT_OUTCOME_EXPIRED,
 }
 
-MODES: dict[str, gw.AgentMode.ValueType] = {
+MODES: dict[Mode, gw.AgentMode.ValueType] = {
     "ONESHOT": gw.AGENT_MODE_ONESHOT,
     "REACT": gw.AGENT_MODE_REACT,
     "PLAN_EXECUTE": gw.AGENT_MODE_PLAN_EXECUTE,
 }
+MODE_NAMES: dict[int, Mode] = {value: name for name, value in MODES.items()}
 
 
 # Requests -> commands -------------------------------------------------------------------
@@ -118,6 +119,9 @@ def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) ->
     debug_level = DEBUG_LEVELS.get(request.debug_level)
     if request.debug_level and debug_level is None:
         raise InvalidRequest(f"unknown debugLevel {request.debug_level}")
+    mode = MODE_NAMES.get(request.mode)
+    if request.mode and mode is None:
+        raise InvalidRequest(f"unknown mode {request.mode}")
     return QueryCommand(
         agent_key=request.agent_key,
         message=request.message,
@@ -142,6 +146,7 @@ def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) ->
         debug_level=debug_level,
         strategy=strategy,
         principal=principal,
+        mode=mode,
     )
 
 
@@ -188,6 +193,7 @@ def agent_message(agent: AgentDefinition) -> gw.Agent:
         provider_key=model.provider_key or "" if model else "",
         model=model.model or "" if model else "",
         tools=agent.tool_names(),
+        modes=[MODES[mode] for mode in agent.allowed_modes],
     )
 
 

@@ -32,8 +32,10 @@ class GrpcServer:
         authenticator: Authenticator | None = None,
         max_concurrent_rpcs: int | None = None,
         tls: tuple[bytes, bytes] | None = None,
+        heartbeat_s: float = 0.0,
     ) -> None:
-        """`tls`: the PEM certificate chain and private key to serve TLS with."""
+        """`tls`: the PEM certificate chain and private key to serve TLS with;
+        `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never)."""
         self.front = front
         self.address = address
         self.server = grpc.aio.server(
@@ -50,9 +52,10 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        gateway_pb2_grpc.add_AgentGatewayServicer_to_server(
-            AgentGatewayServicer(front, cancel_on_disconnect=cancel_on_disconnect), self.server
+        servicer = AgentGatewayServicer(
+            front, cancel_on_disconnect=cancel_on_disconnect, heartbeat_s=heartbeat_s
         )
+        gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

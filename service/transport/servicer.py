@@ -2,7 +2,8 @@
 
 Every handler goes through the codec (`service/transport/codec.py`) and the
 front door (`service.core.frontdoor.FrontDoor`); none reaches a store or a run
-registry directly.
+registry directly. The streams (Query, Attach) send a `heartbeat` event after
+each `heartbeat_s` of silence (0: never; see service/transport/heartbeat.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from service.core.instruments import active_streams
 from service.transport import codec
 from service.transport.errors import abort
 from service.transport.guard import principal
+from service.transport.heartbeat import StreamWriter
 from service.transport.tracing import rpc_span
 
 log = logging.getLogger("agw.grpc")
@@ -53,9 +55,12 @@ def unary(
 class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     """Serves the `agw.v1.AgentGateway` service from the core's front door."""
 
-    def __init__(self, front: FrontDoor, *, cancel_on_disconnect: bool = False) -> None:
+    def __init__(
+        self, front: FrontDoor, *, cancel_on_disconnect: bool = False, heartbeat_s: float = 0.0
+    ) -> None:
         self.front = front
         self.cancel_on_disconnect = cancel_on_disconnect
+        self.heartbeat_s = heartbeat_s
 
     # Streaming handlers are coroutines writing with `context.write` rather than async
     # generators, so that the client going away cancels them deterministically and
@@ -68,7 +73,10 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 await abort(context, error)
                 return
             try:
-                await self._write_all(run.follow(0), context, "Query")
+                writer = StreamWriter(
+                    context, self.heartbeat_s, run_id=run.run_id, chat_id=run.chat_id
+                )
+                await self._write_all(run.follow(0), writer, "Query")
             finally:
                 if not run.done and self.cancel_on_disconnect:
                     log.info("client of run %s went away; cancelling the run", run.run_id)
@@ -84,19 +92,28 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 return
             if await self.front.is_live(request.run_id, who):  # accepted: the client may not wait
                 await context.send_initial_metadata(())  # for an event to learn it (HTTP 200)
-            await self._write_all(events, context, "Attach")
+            local = self.front.runs.get(request.run_id)  # its chat, for heartbeats before events
+            writer = StreamWriter(
+                context,
+                self.heartbeat_s,
+                run_id=request.run_id,
+                chat_id=local.chat_id if local is not None else "",
+            )
+            await self._write_all(events, writer, "Attach")
 
-    @staticmethod
     async def _write_all(
-        events: AsyncGenerator[pb.Event, None], context: Context, method: str
+        self, events: AsyncGenerator[pb.Event, None], writer: StreamWriter, method: str
     ) -> None:
-        """Write each event as one message, closing the iterator whatever happens."""
+        """Write each event as one message (with heartbeats on silences), closing the
+        iterator whatever happens."""
         labels = {"rpc.method": method}
         active_streams.add(1, labels)
+        context = writer.context
+        beat = asyncio.create_task(writer.beat()) if self.heartbeat_s > 0 else None
         try:
             async with aclosing(events):
                 async for event in events:
-                    await context.write(event)
+                    await writer.write(event)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -104,6 +121,9 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 return  # the client went away in the middle of a write
             raise
         finally:
+            if beat is not None:
+                beat.cancel()
+                await asyncio.wait({beat})
             active_streams.add(-1, labels)
 
     @unary

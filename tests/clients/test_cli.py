@@ -125,6 +125,13 @@ async def test_query_of_unknown_agent_fails_with_the_status(gateway: Harness) ->
     assert err.rstrip().endswith("(AGENT_NOT_FOUND)")
 
 
+async def test_query_in_a_mode_the_agent_does_not_allow_fails(gateway: Harness) -> None:
+    code, out, err = await Agw(gateway)("query", "plain", "Hi", "--mode", "PLAN_EXECUTE")
+    assert (code, out) == (1, "")
+    assert err.startswith("agw: INVALID_ARGUMENT: agent 'plain' does not run in mode PLAN_EXECUTE")
+    assert err.rstrip().endswith("(INVALID_REQUEST)")
+
+
 async def test_failed_run_exits_1_with_its_reason(
     gateway: Harness, provider: LoopbackProvider
 ) -> None:

@@ -224,3 +224,81 @@ async def test_output_cut_short_by_a_failure_still_ends_its_line() -> None:
         await server.stop(None)
     assert (process.returncode, out.decode()) == (1, "Hal\n")
     assert err.decode() == "agw: INTERNAL: the stream broke\n"
+
+
+class QuestionGateway(gateway_pb2_grpc.AgentGatewayServicer):
+    """Streams two structured questions; each waits until `Submit` answers it."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, Any]] = []
+        self._answered: asyncio.Queue[str] = asyncio.Queue()
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        choices = [
+            pb.QuestionOption(label="Paris", description="Museums", recommended=True),
+            pb.QuestionOption(label="Rome", description="Ruins"),
+            pb.QuestionOption(label="Oslo"),
+        ]
+        several = pb.QuestionAsk(
+            question_id="q1",
+            question="Which cities?",
+            options=[c.label for c in choices],
+            choices=choices,
+            multi_select=True,
+        )
+        own = pb.QuestionAsk(
+            question_id="q2", question="Which hotel?", options=["Grand"], allow_free_text=True
+        )
+        await context.write(pb.Event(seq=1, run_id="r1", chat_id="c1", question_ask=several))
+        assert await self._answered.get() == "q1"
+        await context.write(pb.Event(seq=2, run_id="r1", chat_id="c1", question_ask=own))
+        assert await self._answered.get() == "q2"
+        done = pb.RunComplete(finish_reason="stop")
+        await context.write(pb.Event(seq=3, run_id="r1", chat_id="c1", run_complete=done))
+
+    async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:
+        self.submitted.append((request.tool_id, from_value(request.payload)))
+        await self._answered.put(request.tool_id)
+        return gw.SubmitResponse(accepted=True, outcome=gw.SUBMIT_OUTCOME_ACCEPTED)
+
+
+async def test_structured_questions_at_the_terminal() -> None:
+    servicer = QuestionGateway()  # type: ignore[abstract]
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    out, err = io.StringIO(), io.StringIO()
+    answers: Iterator[str] = iter(["9", "Lisbon", "1, rome", "Lisbon"])
+
+    def read(prompt: str) -> str:
+        out.write(prompt)
+        return next(answers)
+
+    def follow() -> str:
+        renderer = Renderer(out, err, color=False)
+        with Client(f"127.0.0.1:{port}") as client:
+            session = Session(client, renderer, Prompter(renderer, read, echo=True))
+            return session.follow(client.query("trip", "Plan")).outcome
+
+    try:
+        assert await asyncio.to_thread(follow) == "complete"
+    finally:
+        await server.stop(None)
+    assert servicer.submitted == [("q1", ["Paris", "Rome"]), ("q2", "Lisbon")]
+    assert out.getvalue().splitlines() == [
+        "? Which cities?",
+        "  1. Paris (recommended) — Museums",
+        "  2. Rome — Ruins",
+        "  3. Oslo",
+        "your choices (numbers or labels, separated by commas): 9",
+        "your choices (numbers or labels, separated by commas): Lisbon",
+        "your choices (numbers or labels, separated by commas): 1, rome",
+        "? Which hotel?",
+        "  1. Grand",
+        "your answer (a number, or your own words): Lisbon",
+    ]
+    assert err.getvalue().splitlines() == [
+        "choose by the number or the label of an option",
+        "choose by the number or the label of an option",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from agw.v1 import gateway_pb2 as gw
@@ -14,6 +15,7 @@ from agw_client import (
     RunCancelled,
     RunFailed,
     event_to_dict,
+    fold_runs,
 )
 from google.protobuf import json_format
 
@@ -30,6 +32,7 @@ from service.providers.loopback import (
     usage,
 )
 from service.testing import Harness
+from tests.core.tools.kit import Probe, agent, answer_turn, call_turn, tool_gateway, tools
 
 ANSWER: list[ScriptItem] = [content("Hel"), content("lo"), finish("stop"), DONE]
 
@@ -265,3 +268,37 @@ async def test_upload_returns_a_reference_for_a_later_query(gateway: Harness) ->
     assert stored.reference.size_bytes == 5
     assert stored.event.type == "request.upload"
     assert stored.event.request_upload.reference_id == stored.reference.id
+
+
+async def test_a_subagents_run_folds_into_its_call(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    agents = {
+        "boss": agent("REACT", "Delegate.", toolConfig={"agents": ["helper"]}),
+        "helper": agent("REACT", "Help.", toolConfig=tools("echo")),
+    }
+    provider.enqueue(
+        call_turn(("h1", "helper", '{"task":"Echo x"}')),
+        call_turn(("c1", "echo", '{"text":"x"}')),
+        answer_turn("x echoed"),
+        answer_turn("Done."),
+    )
+    async with (
+        tool_gateway(tmp_path, provider, agents, Probe()) as gateway,
+        AsyncClient(target(gateway)) as agw,
+    ):
+        result = await agw.ask("boss", "Echo x")
+        task = gateway.app.frontdoor.runs[result.run_id].task
+        assert task is not None
+        await asyncio.wait({task})
+        await asyncio.sleep(0)
+        await gateway.app.frontdoor.flush()  # the chat is written
+        history = fold_runs((await agw.get_chat(result.chat_id)).events)
+    for folded in (result, *history):
+        assert (folded.answer, folded.contents) == ("Done.", ["Done."])
+        [call] = folded.tool_calls
+        assert (call.name, call.result) == ("helper", "x echoed")
+        assert call.nested is not None and call.nested.answer == "x echoed"
+        assert [(c.name, c.result) for c in call.nested.tool_calls] == [
+            ("echo", {"echo": "x", "taskId": ""})
+        ]

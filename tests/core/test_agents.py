@@ -509,14 +509,19 @@ def test_shipped_examples_all_load() -> None:
     agents = {agent.key: agent for agent in registry.list()}
     assert sorted(agents) == [
         "demo_action",
+        "demo_escalate",
         "demo_frontend",
         "demo_mcp",
         "demo_oneshot",
         "demo_parallel",
         "demo_plain",
         "demo_plan",
+        "demo_question",
         "demo_react",
         "demo_replan",
+        "demo_researcher",
+        "demo_skills",
+        "demo_team",
         "demo_verify",
     ]
     for agent in agents.values():

@@ -7,6 +7,7 @@ are saved under `test-artifacts/` at the repository root.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -220,4 +221,60 @@ async def test_cancel_a_run_from_the_page(
     await page.locator('.run[data-status="complete"]').wait_for()
     runs = list(gateway.app.frontdoor.runs.values())
     assert len({run.chat_id for run in runs}) == 1 and len(runs) == 2
+    assert errors == []
+
+
+async def test_a_structured_question_in_the_browser(browser: Browser, quick_demo: Harness) -> None:
+    page, errors = await open_page(browser, quick_demo.http_url)
+    await page.select_option("#agent", "demo_question")
+    await page.fill("#message", "A trip in spring")
+    await page.click("#send")
+
+    # Typed options: a checkbox each (several may be chosen), the recommended one
+    # marked and preselected, the descriptions shown, and a field for one's own words.
+    form = page.locator(".question-form")
+    await form.wait_for()
+    assert await form.locator(".choice-label").all_inner_texts() == ["Paris", "Rome", "Oslo"]
+    assert await form.locator('input[type="checkbox"]').count() == 3
+    assert await form.locator('input[value="Paris"]').is_checked()
+    assert not await form.locator('input[value="Rome"]').is_checked()
+    assert await form.locator(".recommended").count() == 1
+    assert "Ruins and long lunches" in await form.inner_text()
+    await form.locator('input[value="Rome"]').check()
+    await form.locator('input[name="answer"]').fill("Lisbon")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "gateway-page-question.png"), full_page=True)
+    await form.locator('button[type="submit"]').click()
+    await page.locator('.run[data-status="complete"]').wait_for()
+    result = page.locator('.card.tool[data-name="ask_user"] pre.result')
+    assert json.loads(await result.inner_text()) == ["Paris", "Rome", "Lisbon"]
+    assert await page.locator(".question-form").count() == 0
+    assert 'answer: [ "Paris", "Rome", "Lisbon" ]' in await page.locator(".card.ask").inner_text()
+    assert errors == []
+
+
+async def test_a_subagents_run_nested_in_its_callers_card(
+    browser: Browser, quick_demo: Harness
+) -> None:
+    page, errors = await open_page(browser, quick_demo.http_url)
+    await page.select_option("#agent", "demo_team")
+    await page.fill("#message", "Weather in Paris tomorrow?")
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+    call = page.locator('.run > .run-body > .card.tool[data-name="demo_researcher"]')
+    nested = call.locator(".nested-run")
+    assert await nested.locator(".card.tool").evaluate_all(
+        "cards => cards.map(c => c.dataset.name)"
+    ) == ["city_datetime", "mock_city_weather"]
+    assert await nested.locator(".content").count() == 1
+    assert await call.locator(":scope > pre.result").count() == 1  # after its nested run
+    assert await page.locator(".run > .run-body > .content").count() == 1
+    await page.screenshot(path=str(ARTIFACTS / "gateway-page-subagent.png"), full_page=True)
+
+    # Replayed from history, the nested run sits in the same place.
+    await page.click("#new-chat")
+    await page.locator("#chats li button").first.click()
+    await page.locator('.run[data-status="complete"]').wait_for()
+    assert await nested.locator(".card.tool").count() == 2
+    assert await nested.locator(".content").count() == 1
     assert errors == []

@@ -39,6 +39,8 @@ PROMPT_MODULES = [
     CORE / "policies.py",
     *(CORE / "tools" / f"{name}.py" for name in ("planning", "conversation", "registry")),
     *(CORE / "tools" / f"{name}.py" for name in ("executor", "guards", "permissions")),
+    *(CORE / f"{name}.py" for name in ("skills", "subagents")),
+    CORE / "tools" / "skill_tool.py",
 ]
 
 

@@ -17,10 +17,13 @@ from tests.core.tools.kit import (
     answer_turn,
     assert_invariants,
     call_turn,
+    kinds,
     result_of,
     tool_gateway,
     tools,
 )
+from tests.transport.test_chat_modes import assert_replay
+from tests.transport.test_orchestration import recorded
 from tests.transport.test_submit_cancel import submit, until
 
 ASK = call_turn(
@@ -53,6 +56,50 @@ async def test_the_model_asks_and_gets_the_users_choice(
         "name": "ask_user",
         "content": "Rome",
     }
+
+
+async def test_a_structured_question_with_several_choices(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    arguments = {
+        "question": "Which cities?",
+        "options": [{"label": "Oslo", "description": "Cold", "recommended": True}, "Rome"],
+        "multiSelect": True,
+        "allowFreeText": True,
+    }
+    provider.enqueue(call_turn(("call_q", "ask_user", json.dumps(arguments))), answer_turn("Ok."))
+    agents = {"a": agent(toolConfig=tools("ask_user"))}
+    async with tool_gateway(tmp_path, provider, agents, Probe()) as gateway:
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="a", message="Trip?"))
+        events: list = []
+        ask = await until(call, "question.ask", events)
+        question = ask.question_ask
+        assert list(question.options) == ["Oslo", "Rome"]
+        assert [(c.label, c.description, c.recommended) for c in question.choices] == [
+            ("Oslo", "Cold", True),
+            ("Rome", "", False),
+        ]
+        assert question.multi_select and question.allow_free_text
+        answer = ["Oslo", "Bergen"]
+        assert (await submit(gateway, ask.run_id, question.question_id, answer)).accepted
+        events += [e async for e in call]
+        await recorded(gateway, events)
+        await assert_replay(gateway, events)
+    assert_invariants(events)
+    assert kinds(events)[3:13] == [
+        "tool.start",
+        "tool.args",
+        "tool.args",
+        "tool.end",
+        "question.ask",
+        "request.submit",
+        "question.answer",
+        "tool.result",
+        "content.start",
+        "content.delta",
+    ]
+    assert result_of(events[10]) == answer
+    assert json.loads(provider.requests[1]["messages"][-1]["content"]) == answer
 
 
 async def test_an_unanswered_question_times_out_into_the_result(

@@ -65,7 +65,7 @@ async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess
             "AGW_GRPC_ADDRESS": "127.0.0.1:0",
             "AGW_AGENTS_DIR": str(agents),
             "AGW_AGENTS_WATCH": "false",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "gen"))),
             **env,
         },
         stderr=asyncio.subprocess.PIPE,

@@ -7,7 +7,9 @@
     result.raise_for_outcome()       # RunFailed / RunCancelled unless the run completed
 
 Live streams (`*.start`/`*.delta`/`*.end`) and history replays (`*.snapshot`,
-as `GetChat` returns them) fold the same way.
+as `GetChat` returns them) fold the same way. The events of a nested run (a
+subagent called as a tool: they carry the call's id as `parent_tool_id`) fold
+into that call's `nested` result, not into the run's own.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class ToolCall:
     #: Whether `tool.result` (or `action.result`) arrived.
     done: bool = False
     task_id: str = ""
+    #: What the nested run of this call produced, when the tool is an agent (a subagent).
+    nested: RunResult | None = None
 
     @property
     def args(self) -> Any:
@@ -103,17 +107,37 @@ class RunFolder:
         self.result = RunResult()
         self._blocks: dict[str, tuple[list[str], int]] = {}  # block id -> (texts, index)
         self._calls: dict[str, ToolCall] = {}
+        self._nested: dict[str, RunFolder] = {}  # calling tool id -> its nested run's folder
+        self._every_call: dict[str, ToolCall] = {}  # of this run and its nested runs, by id
 
     def feed(self, event: pb.Event) -> RunResult:
         """Take one event into account; returns the result so far."""
         result = self.result
         result.run_id = result.run_id or event.run_id
         result.chat_id = result.chat_id or event.chat_id
+        if event.parent_tool_id:
+            self._nested_folder(event.parent_tool_id)._fold(event)
+        else:
+            self._fold(event)
+        return result
+
+    def _nested_folder(self, tool_id: str) -> RunFolder:
+        folder = self._nested.get(tool_id)
+        if folder is None:
+            folder = self._nested[tool_id] = RunFolder()
+            folder._every_call = self._every_call
+            folder.result.run_id, folder.result.chat_id = self.result.run_id, self.result.chat_id
+            call = self._every_call.get(tool_id)
+            if call is not None:
+                call.nested = folder.result
+        return folder
+
+    def _fold(self, event: pb.Event) -> None:
+        """Take one event of this (possibly nested) run into account."""
         kind = event.WhichOneof("payload")
         handler = getattr(self, f"_on_{kind}", None) if kind else None
         if kind and handler is not None:
             handler(event, getattr(event, kind))
-        return result
 
     def _start_block(self, texts: list[str], block_id: str, text: str = "") -> None:
         texts.append(text)
@@ -145,6 +169,7 @@ class RunFolder:
     def _call(self, call_id: str, event: pb.Event) -> ToolCall:
         if call_id not in self._calls:
             self._calls[call_id] = ToolCall(tool_id=call_id, task_id=event.task_id)
+            self._every_call[call_id] = self._calls[call_id]
             self.result.tool_calls.append(self._calls[call_id])
         return self._calls[call_id]
 

@@ -109,6 +109,7 @@ class Event(_message.Message):
     CHAT_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     TASK_ID_FIELD_NUMBER: _builtins.int
+    PARENT_TOOL_ID_FIELD_NUMBER: _builtins.int
     REQUEST_QUERY_FIELD_NUMBER: _builtins.int
     REQUEST_UPLOAD_FIELD_NUMBER: _builtins.int
     REQUEST_SUBMIT_FIELD_NUMBER: _builtins.int
@@ -170,6 +171,13 @@ class Event(_message.Message):
     """The run that produced the event (empty only for `request.upload` outside a run)."""
     task_id: _builtins.str
     """The plan task the event belongs to; empty outside plan execution."""
+    parent_tool_id: _builtins.str
+    """Set on the events of a nested run (a subagent called as a tool): the id of
+    the tool call, in the calling run, whose nested run produced the event.
+    Nested events share the run's stream and its one `seq`; their blocks are
+    paired like any other, and each block id is unique within the run. Empty
+    for the run's own events.
+    """
     @_builtins.property
     def request_query(self) -> Global___RequestQuery:
         """"request.query": the query that started the run."""
@@ -320,7 +328,7 @@ class Event(_message.Message):
 
     @_builtins.property
     def heartbeat(self) -> Global___Heartbeat:
-        """"heartbeat": keep-alive sent on long silences; seq is 0."""
+        """"heartbeat": keep-alive sent on long silences of a stream; seq is 0."""
 
     @_builtins.property
     def model_start(self) -> Global___ModelStart:
@@ -367,6 +375,7 @@ class Event(_message.Message):
         chat_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
         task_id: _builtins.str = ...,
+        parent_tool_id: _builtins.str = ...,
         request_query: Global___RequestQuery | None = ...,
         request_upload: Global___RequestUpload | None = ...,
         request_submit: Global___RequestSubmit | None = ...,
@@ -417,7 +426,7 @@ class Event(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
@@ -1723,7 +1732,11 @@ Global___SourceSnapshot: _TypeAlias = SourceSnapshot  # noqa: Y015
 
 @_typing.final
 class Heartbeat(_message.Message):
-    """Payload of "heartbeat"."""
+    """Payload of "heartbeat": sent by a gRPC Query or Attach stream after a
+    configured silence (e.g. while the run waits for Submit). A heartbeat is not
+    part of the run's log: its `seq` is 0, Attach and GetChat never replay it,
+    and a client resuming with `after_seq` ignores it.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2007,8 +2020,44 @@ class PermissionAnswer(_message.Message):
 Global___PermissionAnswer: _TypeAlias = PermissionAnswer  # noqa: Y015
 
 @_typing.final
+class QuestionOption(_message.Message):
+    """One option of a question."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    RECOMMENDED_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    """The option as shown, and as answered."""
+    description: _builtins.str
+    """What choosing it means, if said."""
+    recommended: _builtins.bool
+    """Whether the agent recommends it."""
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        description: _builtins.str = ...,
+        recommended: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "label", b"label", "recommended", b"recommended"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuestionOption: _TypeAlias = QuestionOption  # noqa: Y015
+
+@_typing.final
 class QuestionAsk(_message.Message):
-    """Payload of "question.ask"."""
+    """Payload of "question.ask".
+
+    The answer (the Submit payload) is the chosen option's label; with
+    `multi_select`, the list of the chosen labels; a free text answer (allowed
+    when there are no options, or with `allow_free_text`) is the text itself,
+    or one more item of the list. The answer reaches the agent as given.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2016,15 +2065,30 @@ class QuestionAsk(_message.Message):
     QUESTION_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    CHOICES_FIELD_NUMBER: _builtins.int
+    MULTI_SELECT_FIELD_NUMBER: _builtins.int
+    ALLOW_FREE_TEXT_FIELD_NUMBER: _builtins.int
     question_id: _builtins.str
     """Id to answer with `SubmitRequest.tool_id`."""
     question: _builtins.str
     """The question."""
     timeout_ms: _builtins.int
     """How long the run waits, in milliseconds."""
+    multi_select: _builtins.bool
+    """Whether several options may be chosen."""
+    allow_free_text: _builtins.bool
+    """Whether an answer of the user's own words is accepted besides the options."""
     @_builtins.property
     def options(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Options to choose from; empty for a free answer."""
+        """The labels of the options to choose from; empty for a free answer. Always
+        set, also when `choices` describes the options.
+        """
+
+    @_builtins.property
+    def choices(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuestionOption]:
+        """The options with their descriptions and recommendations, in the order of
+        `options`; empty when the question gives plain labels only.
+        """
 
     def __init__(
         self,
@@ -2033,10 +2097,13 @@ class QuestionAsk(_message.Message):
         question: _builtins.str = ...,
         options: _abc.Iterable[_builtins.str] | None = ...,
         timeout_ms: _builtins.int = ...,
+        choices: _abc.Iterable[Global___QuestionOption] | None = ...,
+        multi_select: _builtins.bool = ...,
+        allow_free_text: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "question", b"question", "question_id", b"question_id", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_free_text", b"allow_free_text", "choices", b"choices", "multi_select", b"multi_select", "options", b"options", "question", b"question", "question_id", b"question_id", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

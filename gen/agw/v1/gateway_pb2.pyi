@@ -167,6 +167,7 @@ class QueryRequest(_message.Message):
     STREAM_FIELD_NUMBER: _builtins.int
     DEBUG_LEVEL_FIELD_NUMBER: _builtins.int
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The client's id for the request; generated when empty."""
     chat_id: _builtins.str
@@ -183,6 +184,11 @@ class QueryRequest(_message.Message):
     """Debug events to emit for this run."""
     multitask_strategy: Global___MultitaskStrategy.ValueType
     """What to do when the chat already has an active run; the server's default when unset."""
+    mode: Global___AgentMode.ValueType
+    """The mode to run in, one of the modes the agent allows (`modes` in its
+    file, e.g. REACT or PLAN_EXECUTE); the agent's `mode` when unset. Another
+    mode is INVALID_ARGUMENT.
+    """
     @_builtins.property
     def references(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.Reference]:
         """Files and URLs the message refers to."""
@@ -209,10 +215,11 @@ class QueryRequest(_message.Message):
         stream: _builtins.bool | None = ...,
         debug_level: Global___DebugLevel.ValueType = ...,
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
+        mode: Global___AgentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "multitask_strategy", b"multitask_strategy", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stream: _TypeAlias = _typing.Literal["stream"]  # noqa: Y015
     _WhichOneofArgType__stream: _TypeAlias = _typing.Literal["_stream", b"_stream"]  # noqa: Y015
@@ -386,6 +393,7 @@ class Agent(_message.Message):
     PROVIDER_KEY_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
+    MODES_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Key of the agent (its file name)."""
     name: _builtins.str
@@ -404,6 +412,10 @@ class Agent(_message.Message):
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the tools the agent may use, all stages together."""
 
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedScalarFieldContainer[Global___AgentMode.ValueType]:
+        """The modes a query may choose with `QueryRequest.mode` (`mode` first)."""
+
     def __init__(
         self,
         *,
@@ -415,10 +427,11 @@ class Agent(_message.Message):
         provider_key: _builtins.str = ...,
         model: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
+        modes: _abc.Iterable[Global___AgentMode.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

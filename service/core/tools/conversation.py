@@ -71,7 +71,7 @@ class Conversation:
     ) -> Conversation:
         """A conversation of `stage`: its system prompt (with tool hints), the chat, `user`."""
         if tools is None:
-            tools = ctx.tools.for_stage(stage, ctx.agent.tool_policy)
+            tools = ctx.stage_tools(stage)
         if user is None:
             user = ctx.user_message or {
                 "role": ctx.command.role or "user",
@@ -79,7 +79,7 @@ class Conversation:
             }
         elif isinstance(user, str):
             user = {"role": "user", "content": user}
-        messages = [{"role": "system", "content": tools.system_prompt(stage.system_prompt)}]
+        messages = [{"role": "system", "content": ctx.system_prompt(stage, tools)}]
         if history:
             messages += ctx.history
         messages.append(user)
@@ -154,13 +154,19 @@ class Conversation:
         self.record(outcomes)
 
     async def converge(
-        self, *, max_rounds: int | None = None, one_tool: bool = False
+        self,
+        *,
+        max_rounds: int | None = None,
+        one_tool: bool = False,
+        stop_at: frozenset[str] = frozenset(),
     ) -> TurnResult:
         """Ask and run tools until the model answers without a tool call.
 
         After `max_rounds` tool rounds the model is asked once more with
         `tool_choice=none` for its final answer. With SECOND_PASS_FIX the answer
         of each turn stays internal and the final one is checked and streamed.
+        A turn that calls a tool named in `stop_at` ends the loop at once, its
+        calls unanswered: the caller answers them.
         """
         verify = self.ctx.policies.verify
         rounds = 0
@@ -169,6 +175,8 @@ class Conversation:
             turn = await self.ask(tool_choice="none" if final else None, emit_content=not verify)
             if not turn.tool_calls:
                 break
+            if any(call.name in stop_at for call in turn.tool_calls):
+                return turn
             if final:
                 self.record([self.refuse(call, NO_MORE_TOOLS) for call in turn.tool_calls])
                 break

@@ -34,7 +34,7 @@ from service.core.runstate import RunState
 from service.core.tools import permissions, questions
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.guards import LoopDetector, loop_message, truncate_output
-from service.core.tools.registry import ToolCallInfo, ToolRegistry
+from service.core.tools.registry import ToolCallInfo, ToolHandler, ToolRegistry
 from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
 from service.core.turn import ToolCall
 from service.core.waits import WaitTimedOut
@@ -74,12 +74,18 @@ class ToolExecutor:
         registry: ToolRegistry,
         bus: RunBus,
         permission: Callable[[str], str] = lambda _name: "ALLOW",
+        *,
+        agent_key: str = "",
     ) -> None:
         self.run = run
         self.out = out
         self.registry = registry
         self.bus = bus
         self.permission = permission
+        self.agent_key = agent_key
+        # Backend tools the run implements itself (its subagents), by their definition's
+        # `source`, which no tool source uses: these run instead of the registry's.
+        self.delegates: dict[str, ToolHandler] = {}
         self.memory = ResultMemory()
         self.loops = LoopDetector()
         self.described: set[str] = set()  # origins described by source.snapshot in this run
@@ -206,7 +212,7 @@ class ToolExecutor:
     async def _backend(
         self, call: ToolCall, definition: ToolDefinition, arguments: dict[str, Any]
     ) -> Any:
-        handler = self.registry.handler(call.name)
+        handler = self.delegates.get(definition.source) or self.registry.handler(call.name)
         if handler is None:
             raise ToolError(f"backend tool '{call.name}' has no implementation")
         timeout = definition.timeout_s or self.registry.default_timeout_s
@@ -217,6 +223,7 @@ class ToolExecutor:
             call.name,
             self.out.task_id,
             ask=functools.partial(questions.ask, self.out, self.bus),
+            agent_key=self.agent_key,
         )
         try:
             async with asyncio.timeout(timeout) as deadline:

@@ -3,12 +3,20 @@
 `ask` emits `question.ask` (a `q_` id, the question, its options, the time-out),
 waits for `Submit(toolId = that id)`, and emits `question.answer`; the answer is
 returned to the tool — or, with no answer in time, ToolError tells the model.
+
+Options are labels, or typed `Option`s (a label, what choosing it means,
+whether it is recommended); the event carries the labels in `options` and,
+when an option is more than a label, the typed `choices` too. A question may
+let the user choose several options (`multi_select`: the answer is the list of
+labels) and answer in their own words besides (`allow_free_text`). The answer
+reaches the tool as the client submitted it.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from service.core import events
@@ -18,16 +26,35 @@ from service.core.tools.definitions import ToolError
 from service.core.waits import WaitTimedOut
 
 
-async def ask(out: Emitter, bus: RunBus, question: str, options: Sequence[str] = ()) -> Any:
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a question."""
+
+    label: str
+    description: str = ""
+    recommended: bool = False
+
+
+async def ask(
+    out: Emitter,
+    bus: RunBus,
+    question: str,
+    options: Sequence[str | Option] = (),
+    *,
+    multi_select: bool = False,
+    allow_free_text: bool = False,
+) -> Any:
     """The user's answer to `question` (with `options` to choose from, when given)."""
     question_id = "q_" + secrets.token_hex(4)
+    typed = [o if isinstance(o, Option) else Option(o) for o in options]
     out.emit(
-        events.make(
-            "question_ask",
-            question_id=question_id,
-            question=question,
-            options=list(options),
+        events.question_ask(
+            question_id,
+            question,
+            [(o.label, o.description, o.recommended) for o in typed],
             timeout_ms=round(bus.wait_timeout_s * 1000),
+            multi_select=multi_select,
+            allow_free_text=allow_free_text,
         )
     )
     try:

@@ -75,9 +75,20 @@ class StageTools:
     tools, so a tool a source adds, changes or removes while a run goes on is
     offered as it is now from the model's next turn on. A configured tool that no
     source defines any more (or not as that kind) is left out of the turn.
+    `extended` adds tools that come from the run rather than the sources (a
+    stage's subagents, a mode's own planning tools).
     """
 
-    __slots__ = ("_by_name", "_ordinary", "_registry", "_version", "_wanted", "planning")
+    __slots__ = (
+        "_by_name",
+        "_configured",
+        "_fixed",
+        "_ordinary",
+        "_registry",
+        "_version",
+        "_wanted",
+        "planning",
+    )
 
     def __init__(
         self,
@@ -86,10 +97,12 @@ class StageTools:
         *,
         registry: ToolRegistry | None = None,
         wanted: Wanted = (),
+        fixed: Iterable[ToolDefinition] = (),
     ) -> None:
         self.planning = tuple(planning)
         self._registry = registry
         self._wanted = wanted
+        self._fixed = tuple(fixed)
         self._version = registry.version if registry is not None else 0
         self._offer(tuple(ordinary))
 
@@ -99,6 +112,21 @@ class StageTools:
     ) -> StageTools:
         """A fixed set of tools."""
         return StageTools(ordinary, planning)
+
+    def extended(
+        self, ordinary: Iterable[ToolDefinition] = (), planning: Iterable[ToolDefinition] = ()
+    ) -> StageTools:
+        """These tools and more: `ordinary` ones offered whatever the sources hold, after the
+        configured ones, and `planning` ones (handled by the mode)."""
+        tools = StageTools(
+            self._configured,
+            (*self.planning, *planning),
+            registry=self._registry,
+            wanted=self._wanted,
+            fixed=(*self._fixed, *ordinary),
+        )
+        tools._version = self._version  # the configured tools are those of this version
+        return tools
 
     @property
     def ordinary(self) -> tuple[ToolDefinition, ...]:
@@ -135,8 +163,9 @@ class StageTools:
         self._offer(ordinary)
 
     def _offer(self, ordinary: tuple[ToolDefinition, ...]) -> None:
-        self._ordinary = ordinary
-        self._by_name = {d.name: d for d in (*ordinary, *self.planning)}
+        self._configured = ordinary
+        self._ordinary = ordinary + self._fixed
+        self._by_name = {d.name: d for d in (*self._ordinary, *self.planning)}
 
 
 @dataclass(frozen=True, slots=True)

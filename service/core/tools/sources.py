@@ -65,8 +65,10 @@ class ToolCallInfo:
     tool_id: str
     tool_name: str
     task_id: str = ""
-    # Ask the user a question and wait for the answer (question.ask / Submit).
-    ask: Callable[[str, Sequence[str]], Awaitable[Any]] | None = None
+    # Ask the user a question and wait for the answer (question.ask / Submit):
+    # `questions.ask` without its first two arguments (question, options, ...).
+    ask: Callable[..., Awaitable[Any]] | None = None
+    agent_key: str = ""  # the agent whose stage made the call
 
 
 class ToolHandler(Protocol):

@@ -1,6 +1,8 @@
 // Renders a chat's events — live (start/delta/end) or replayed from history (snapshots) —
 // into the page. Events arrive flat, as the adapter sends them:
-// {seq, type, timestamp, chatId, runId, taskId?, ...payload fields}.
+// {seq, type, timestamp, chatId, runId, taskId?, parentToolId?, ...payload fields}.
+// The events of a nested run (a subagent called as a tool, `parentToolId` naming the
+// call) render in a view of their own inside the calling tool's card.
 
 import { askHandlers } from './asks.js';
 import { h, pretty } from './dom.js';
@@ -55,20 +57,44 @@ export class ChatView {
   }
 }
 
-/** One run: its reasoning, answer, tools, actions, plan and outcome. */
+/** One run: its reasoning, answer, tools, actions, plan and outcome.
+ *  With `parentToolId`: the nested run of that tool call, inside the call's card. */
 export class RunView {
-  constructor(runId, chat) {
+  constructor(runId, chat, parent = null, parentToolId = '') {
     this.runId = runId;
     this.chat = chat;
     this.submit = chat.submit;
+    this.parentToolId = parentToolId;
+    this.root = parent ? parent.root : this;
     this.status = h('div', { class: 'run-status' }, 'running…');
     this.body = h('div', { class: 'run-body' });
-    this.el = h('div', { class: 'run', 'data-run-id': runId, 'data-status': 'running' },
-      this.body, this.status);
+    this.el = parentToolId
+      ? h('div', { class: 'nested-run', 'data-parent-tool-id': parentToolId }, this.body)
+      : h('div', { class: 'run', 'data-run-id': runId, 'data-status': 'running' },
+        this.body, this.status);
     this.blocks = new Map(); // reasoningId / contentId / toolId / actionId -> state
     this.tasks = new Map(); // taskId -> output container
     this.plan = null;
     this.usage = '';
+    if (!parent) {
+      this.owners = new Map(); // toolId -> the view whose card it is (nested runs included)
+      this.nested = new Map(); // toolId -> the view of the nested run that call started
+    }
+  }
+
+  /** The view of the nested run under tool call `toolId`, made inside its card. */
+  nestedView(toolId) {
+    const root = this.root;
+    let view = root.nested.get(toolId);
+    if (!view) {
+      const owner = root.owners.get(toolId);
+      const tool = owner?.blocks.get(toolId);
+      if (!tool) return null;
+      view = new RunView(this.runId, this.chat, owner, toolId);
+      tool.el.append(view.el);
+      root.nested.set(toolId, view);
+    }
+    return view;
   }
 
   /** Where an event's output goes: its task's container inside a plan, else the run. */
@@ -86,6 +112,10 @@ export class RunView {
   }
 
   handle(ev) {
+    if ((ev.parentToolId || '') !== this.parentToolId) {
+      this.root.nestedView(ev.parentToolId)?.handle(ev);
+      return;
+    }
     const handler = this[`on_${ev.type.replace('.', '_')}`];
     if (handler) handler.call(this, ev);
   }
@@ -136,6 +166,7 @@ export class RunView {
     this.place(ev).append(el);
     const state = { el, args, type, name };
     this.blocks.set(id, state);
+    this.root.owners.set(id, this);
     return state;
   }
 
@@ -273,7 +304,9 @@ export class RunView {
   finish(status, text) {
     this.el.dataset.status = status;
     this.status.textContent = this.usage ? `${text} · ${this.usage}` : text;
-    for (const block of this.blocks.values()) block.form?.remove();
+    for (const view of [this, ...this.nested.values()]) {
+      for (const block of view.blocks.values()) block.form?.remove();
+    }
   }
 
   on_run_complete(ev) {

@@ -33,6 +33,11 @@ EXPECTED = {
     "demo_verify": {"plan.create", "plan.revise", "task.complete"},
     "demo_frontend": {"request.submit", "tool.result"},
     "demo_action": {"action.param", "action.result"},
+    "demo_escalate": {"plan.create", "task.start", "task.complete", "tool.result"},
+    "demo_team": {"tool.result", "content.start"},
+    "demo_researcher": {"tool.result", "content.start"},
+    "demo_skills": {"tool.result", "content.start"},
+    "demo_question": {"question.ask", "request.submit", "question.answer", "tool.result"},
 }
 
 
@@ -51,6 +56,7 @@ async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
         ROOT / "agents",
         None,
         tools_dir=ROOT / "tools",
+        skills_dir=ROOT / "skills",
         demo_delay_ms=0,
         data_dir=tmp_path,
         http_enabled=False,
@@ -98,6 +104,15 @@ async def test_an_example_agent_runs_on_the_demo_model(demo: Harness, key: str) 
                     run_id=event.run_id,
                     tool_id=event.tool_end.tool_id,
                     payload=struct_pb2.Value(string_value="Yes"),
+                )
+            )
+            assert reply.accepted
+        if event.type == "question.ask":
+            reply = await demo.stub.Submit(
+                gw.SubmitRequest(
+                    run_id=event.run_id,
+                    tool_id=event.question_ask.question_id,
+                    payload=struct_pb2.Value(string_value=event.question_ask.options[0]),
                 )
             )
             assert reply.accepted
@@ -239,6 +254,40 @@ async def test_the_mcp_example_asks_the_example_mcp_server(clock_demo: Harness) 
     zones, local = [result_of(e) for e in events if e.type == "tool.result"]
     assert zones == "Europe/Paris"
     assert json.loads(local)["zone"] == "Europe/Paris"
+
+
+async def test_the_escalating_example_plans_when_it_calls_plan_create(demo: Harness) -> None:
+    events = await demo.query("demo_escalate", "Time and weather in Paris")
+    names = [name for name, _ in calls_of(events)]
+    assert names[:2] == ["plan_create", "_plan_add_tasks_"]
+    assert [e.task_start.description for e in events if e.type == "task.start"] == [
+        "Find the local date and time of the city",
+        "Get the weather of the city on that date",
+    ]
+    planned = await demo.query(
+        "demo_escalate", "Time and weather in Paris", mode=gw.AGENT_MODE_PLAN_EXECUTE
+    )
+    names = [name for name, _ in calls_of(planned)]
+    assert names[:1] == ["_plan_add_tasks_"] and "plan_create" not in names
+
+
+async def test_the_team_example_streams_its_researchers_run_inside_its_own(demo: Harness) -> None:
+    events = await demo.query("demo_team", "Weather in Paris tomorrow?")
+    [call] = [e for e in events if e.type == "tool.start" and not e.parent_tool_id]
+    assert call.tool_start.tool_name == "demo_researcher"
+    nested = [e for e in events if e.parent_tool_id == call.tool_start.tool_id]
+    assert [e.tool_start.tool_name for e in nested if e.type == "tool.start"] == [
+        "city_datetime",
+        "mock_city_weather",
+    ]
+    [report] = [e for e in events if e.type == "tool.result" and not e.parent_tool_id]
+    assert str(result_of(report)).startswith("Here is what I found:\n- city_datetime: city: Paris")
+
+
+async def test_the_skills_example_loads_its_skill(demo: Harness) -> None:
+    events = await demo.query("demo_skills", "Notes for Paris")
+    skill = next(e for e in events if e.type == "tool.result")
+    assert str(result_of(skill)).startswith("# Trip notes\n\nWrite the notes in three short parts")
 
 
 async def test_a_configured_provider_does_not_get_the_demo_script(tmp_path: Path) -> None:

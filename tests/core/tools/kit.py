@@ -199,7 +199,12 @@ ID_FORMS = {
 
 
 def assert_invariants(events: list[pb.Event]) -> None:
-    """The streaming rules of SPEC §2 on one run's whole stream."""
+    """The streaming rules of SPEC §2 on one run's whole stream.
+
+    Nested runs (subagents) too: their events come between the end of the calling
+    tool's block and its result, their blocks are closed before that result, and
+    their block ids count in their own namespace, `{prefix}_{toolId}_r_{n}`.
+    """
     assert events, "no events"
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     run_id, chat_id = events[0].run_id, events[0].chat_id
@@ -207,27 +212,35 @@ def assert_invariants(events: list[pb.Event]) -> None:
     terminals = [i for i, e in enumerate(events) if e.WhichOneof("payload") in TERMINALS]
     assert terminals == [len(events) - 1], "exactly one terminal event, the last"
     open_blocks: dict[str, str] = {}
+    parent_of: dict[str, str] = {}  # open block -> the nested run it belongs to ("" for none)
     ended: set[str] = set()
+    answered: set[str] = set()
     chunks: dict[str, int] = {}
-    reasoning_n = content_n = 0
+    prefixes = {"": run_id}  # nested run (its calling tool id) -> the prefix of its block ids
+    counters: dict[tuple[str, str], int] = {}
     for event in events:
         field = event.WhichOneof("payload")
         assert field is not None and event.type == field.replace("_", ".", 1)
         assert (event.run_id, event.chat_id) == (run_id, chat_id)
+        parent = event.parent_tool_id
+        if parent:
+            assert parent in ended and parent not in answered, f"{field} outside its tool call"
+        prefix = prefixes[parent]
         if field in BLOCKS:
             block_id = getattr(getattr(event, field), BLOCKS[field][1])
             assert block_id not in open_blocks and block_id not in ended, block_id
             open_blocks[block_id] = field
-            if field == "reasoning_start":
-                reasoning_n += 1
-                assert block_id == f"{run_id}_r_{reasoning_n}"
-            elif field == "content_start":
-                content_n += 1
-                assert block_id == f"{run_id}_c_{content_n}"
+            parent_of[block_id] = parent
+            if field in ("reasoning_start", "content_start"):
+                kind = "r" if field == "reasoning_start" else "c"
+                n = counters[(prefix, kind)] = counters.get((prefix, kind), 0) + 1
+                assert block_id == f"{prefix}_{kind}_{n}", block_id
             elif field == "action_start":
                 assert ID_FORMS["action"].match(block_id), block_id
-            elif event.tool_start.tool_type not in ("backend", ""):
-                assert ID_FORMS["frontend"].match(block_id), block_id
+            else:
+                prefixes[block_id] = f"{prefix}_{block_id}"
+                if event.tool_start.tool_type not in ("backend", ""):
+                    assert ID_FORMS["frontend"].match(block_id), block_id
         elif field in BLOCK_ENDS:
             block_id = getattr(getattr(event, field), BLOCK_ENDS[field])
             assert block_id in open_blocks, f"{field} of a block not open: {block_id}"
@@ -246,4 +259,7 @@ def assert_invariants(events: list[pb.Event]) -> None:
             payload = getattr(event, field)
             block_id = payload.tool_id if field == "tool_result" else payload.action_id
             assert block_id in ended, f"{field} before its block ended: {block_id}"
+            nested_open = [b for b in open_blocks if parent_of[b] == block_id]
+            assert not nested_open, f"nested blocks open at the result of {block_id}"
+            answered.add(block_id)
     assert not open_blocks, f"blocks left open: {open_blocks}"

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import grpc
 from agw.v1 import gateway_pb2 as gw
@@ -73,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("agent")
     sub.add_argument("message")
     sub.add_argument("--chat", default="", help="continue this chat")
+    sub.add_argument(
+        "--mode",
+        choices=("ONESHOT", "REACT", "PLAN_EXECUTE"),
+        help="run in this mode, one the agent allows (default: the agent's mode)",
+    )
     sub.add_argument("--json", action="store_true", help="print the events as JSON lines")
     sub = add("attach", parents=[common], help="re-join a running run's stream")
     sub.add_argument("run")
@@ -141,7 +146,10 @@ class Cli:
 
     def cmd_query(self) -> int:
         session = self._session(interactive=True)
-        stream = self.client.query(self.args.agent, self.args.message, chat_id=self.args.chat)
+        fields: dict[str, Any] = {"chat_id": self.args.chat}
+        if self.args.mode:
+            fields["mode"] = f"AGENT_MODE_{self.args.mode}"
+        stream = self.client.query(self.args.agent, self.args.message, **fields)
         return session.exit_code(session.follow(stream))
 
     def cmd_attach(self) -> int:

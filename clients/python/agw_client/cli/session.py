@@ -5,7 +5,10 @@ What waits for the user, and the payload `Submit` then carries:
 * a frontend tool (`tool.end` of a tool whose type is a view, not "backend"):
   an option's number, a JSON value, or text (see `agw_client.cli.frontend`);
   an empty line asks again;
-* `question.ask`: the option chosen (by number or text) or the free text;
+* `question.ask`: the option chosen (by number or label), with `multiSelect` the
+  list of those chosen (numbers or labels separated by commas), or the user's own
+  words where the question allows them (no options, or `allowFreeText`); an
+  answer that is none of these is asked again;
 * `permission.ask` and `plan.approval`: true for y/yes, false otherwise.
 
 End of input (Ctrl-D, or a closed pipe) leaves the wait unanswered; the run's
@@ -68,6 +71,39 @@ class Prompter:
     def confirm(self, prompt: str) -> bool | None:
         answer = self.ask(f"{prompt} [y/N] ")
         return None if answer is None else answer.strip().lower() in ("y", "yes")
+
+
+def question_answer(ask: pb.QuestionAsk, text: str) -> Any:
+    """The answer `text` gives to `ask` (a label, a list of labels, or free words); None
+    when it is not one the question accepts."""
+    free = ask.allow_free_text or not ask.options
+    by_label = {option.casefold(): option for option in ask.options}
+
+    def one(part: str) -> str | None:
+        if part.isdigit() and 1 <= int(part) <= len(ask.options):
+            return ask.options[int(part) - 1]
+        return by_label.get(part.casefold()) or (part if free and part else None)
+
+    if not ask.multi_select:
+        return one(text.strip())
+    chosen: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        answer = one(part)
+        if answer is None:
+            return None
+        if answer not in chosen:
+            chosen.append(answer)
+    return chosen
+
+
+def parse_answer(text: str) -> Any:
+    """A typed answer: JSON when it parses as JSON, else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 class Interrupts:
@@ -223,15 +259,29 @@ class Session:
                 return frontend.answer_of(text, frontend.options_of(frontend.arguments_of(call)))
         return None
 
-    def _question(self, ask: pb.QuestionAsk) -> str | None:
+    def _question(self, ask: pb.QuestionAsk) -> Any:
         assert self.prompter is not None
-        self.renderer.line(self.renderer.style.bold(f"? {ask.question}"))
+        style = self.renderer.style
+        self.renderer.line(style.bold(f"? {ask.question}"))
+        described = {choice.label: choice for choice in ask.choices}
         for number, option in enumerate(ask.options, 1):
-            self.renderer.line(f"  {number}. {option}")
-        text = self.prompter.ask("your answer: ")
-        if text is None:
-            return None
-        choice = text.strip()
-        if choice.isdigit() and 1 <= int(choice) <= len(ask.options):
-            return ask.options[int(choice) - 1]
-        return choice
+            choice = described.get(option)
+            line = f"  {number}. {option}"
+            if choice is not None and choice.recommended:
+                line += " " + style.cyan("(recommended)")
+            if choice is not None and choice.description:
+                line += style.dim(f" — {choice.description}")
+            self.renderer.line(line)
+        own_words = ", or your own words" if ask.allow_free_text and ask.options else ""
+        if ask.multi_select:
+            prompt = f"your choices (numbers or labels, separated by commas{own_words}): "
+        else:
+            prompt = f"your answer (a number{own_words}): " if own_words else "your answer: "
+        while True:
+            text = self.prompter.ask(prompt)
+            if text is None:
+                return None
+            answer = question_answer(ask, text)
+            if answer is not None:
+                return answer
+            self.renderer.notice("choose by the number or the label of an option")

@@ -55,7 +55,7 @@ class Planner:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        executing = ctx.tools.for_stage(ctx.agent.stage("execute"), ctx.agent.tool_policy)
+        executing = ctx.stage_tools(ctx.agent.stage("execute"))
         self.executor_tools = frozenset(t.name for t in executing.ordinary)
         self.conversation = Conversation.open(
             ctx, ctx.agent.stage("plan"), tools=StageTools.of((), [PLAN_ADD_TASKS])
