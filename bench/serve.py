@@ -3,8 +3,9 @@
 Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
 until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
-`AGW_BENCH_UVLOOP=1` runs the gateway (each variant) on uvloop's event loop
-(`all`: every process); uvloop is not a dependency, install it to use this.
+Every process runs on the event loop `AGW_EVENT_LOOP` names, as the service
+does (`service.eventloop`: uvloop's by default, where available), so that the
+baselines and the gateway are compared on the same loop.
 The gateway's variants with the OpenTelemetry SDK and without instrumentation
 (`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
 bench/otel.py.
@@ -13,10 +14,8 @@ bench/otel.py.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import cProfile
-import importlib
 import logging
 import os
 import shutil
@@ -30,6 +29,7 @@ from bench.gateway import start_gateway
 from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
 from bench.relay import AiohttpRelay, HttpxRelay
+from service import eventloop
 
 KINDS = ("provider", *SERVERS)
 
@@ -87,17 +87,6 @@ async def serve(kind: str, args: argparse.Namespace) -> None:
         await wait_for_stop()
 
 
-def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when `AGW_BENCH_UVLOOP` asks for it for `kind`, else None (asyncio's)."""
-    wanted = os.environ.get("AGW_BENCH_UVLOOP", "")
-    if wanted == "all" or (wanted == "1" and kind in GATEWAYS):
-        factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(
-            "uvloop"
-        ).new_event_loop
-        return factory
-    return None
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
     parser.add_argument("kind", choices=KINDS)
@@ -112,8 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     if profile is not None:
         profile.enable()
     try:
-        with asyncio.Runner(loop_factory=_loop_factory(args.kind)) as runner:
-            runner.run(serve(args.kind, args))
+        eventloop.run(serve(args.kind, args), os.environ.get("AGW_EVENT_LOOP", "auto"))
     finally:
         if profile is not None:
             profile.disable()
