@@ -25,7 +25,7 @@ from typing import Any
 from service.core import events
 from service.core.commands import ANONYMOUS, Principal
 from service.core.events import Event
-from service.core.history import FROM_MESSAGES, FROM_RUN, event_to_json, snapshot_form
+from service.core.history import DROPPED, FROM_MESSAGES, FROM_RUN, event_to_json
 from service.core.model import ModelRequest
 from service.core.ports import ChatStore, Record
 from service.core.runstate import RunState
@@ -34,6 +34,27 @@ from service.core.turn import TurnResult
 log = logging.getLogger("agw.store")
 
 PLACEHOLDER_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+#: The events the recorder acts on as they are emitted (it reads the rest at each step's end).
+_WATCHED = frozenset(
+    {
+        "content_start",
+        "action_start",
+        "tool_start",
+        "tool_result",
+        "action_result",
+        "plan_create",
+        "plan_update",
+        *events.TERMINALS,
+    }
+)
+#: Block starts: each is one message-derived history event (its snapshot).
+_STARTS = frozenset(events.BLOCKS)
+#: Absent from a step's history events: live-only events, and the deltas and ends of
+#: blocks, which their snapshot (at the start) stands for.
+_ABSENT = frozenset(
+    {*DROPPED, *events.BLOCK_ENDS, "reasoning_delta", "content_delta", "tool_args", "action_args"}
+)
 
 
 def now_ms() -> int:
@@ -94,7 +115,10 @@ class ChatRecorder:
         }
         if not owner.anonymous:  # who owns the chat (and so its runs)
             record["owner"] = owner.to_record()
-        self._send([record])
+        # The query record is sent on the loop's next turn: the run's task, created right
+        # after the recorder, makes its first step before the record is appended — the
+        # model request leaves before a new chat's file is created. Appends keep their order.
+        asyncio.get_running_loop().call_soon(self._send, [record])
         run.observe_turns(self._on_turn)
         run.log.observe(self._on_event)
 
@@ -196,6 +220,8 @@ class ChatRecorder:
 
     def _on_event(self, event: Event) -> None:
         field_name = event.WhichOneof("payload")
+        if field_name not in _WATCHED:  # the deltas, above all
+            return
         if field_name == "content_start":
             self._shown_content.add(event.content_start.content_id)
         elif field_name == "action_start":
@@ -262,13 +288,21 @@ class ChatRecorder:
         self._attach_events(step)
 
     def _attach_events(self, step: Step) -> None:
-        """Keep the step's events that messages cannot express, with their positions."""
-        log_slice = self.run.log[self._slice_start :]
-        self._slice_start = len(self.run.log)
+        """Keep the step's events that messages cannot express, with their positions.
+
+        The positions are those in the step's snapshot form (`history.snapshot_form`),
+        where each block is one snapshot event at its start: that form is not built
+        here, only counted — a block's start counts one, its deltas and end nothing.
+        """
+        log = self.run.log
+        log_slice = log[self._slice_start :]
+        self._slice_start = len(log)
         kept: list[Record] = []
-        for event in snapshot_form(log_slice):
+        for event in log_slice:
             field_name = event.WhichOneof("payload")
-            if field_name in FROM_MESSAGES:
+            if field_name is None or field_name in _ABSENT:
+                continue
+            if field_name in _STARTS or field_name in FROM_MESSAGES:
                 step.derived += 1
             elif field_name not in FROM_RUN:
                 kept.append({"_at": step.derived, **event_to_json(event)})

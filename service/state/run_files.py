@@ -24,6 +24,23 @@ from service.core.ids import valid_run_id
 log = logging.getLogger("agw.store")
 
 
+#: The varint prefix of every length up to 16 KiB, which nearly every event's is.
+_PREFIXES = [_VarintBytes(n) for n in range(16384)]
+
+
+def encode(events: Sequence[Event]) -> bytes:
+    """The events as length-delimited messages (a varint length before each)."""
+    prefixes, limit = _PREFIXES, len(_PREFIXES)
+    parts: list[bytes] = []
+    append = parts.append
+    for event in events:
+        raw = event.SerializeToString()
+        size = len(raw)
+        append(prefixes[size] if size < limit else _VarintBytes(size))
+        append(raw)
+    return b"".join(parts)
+
+
 class FileRunLog:
     """Writes and reads the event logs of ended runs, one file each."""
 
@@ -42,9 +59,7 @@ class FileRunLog:
         path = self._path(run_id)
         if path is None:
             return
-        data = b"".join(
-            _VarintBytes(len(raw)) + raw for raw in (e.SerializeToString() for e in events)
-        )
+        data = encode(events)
         await asyncio.to_thread(self._write, path, data)
         if time.monotonic() - self._last_prune > 3600:
             await asyncio.to_thread(self.prune)
