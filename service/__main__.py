@@ -1,7 +1,8 @@
 """`python -m service`: read settings once, serve until SIGTERM/SIGINT, stop gracefully.
 
 The process runs on the event loop `AGW_EVENT_LOOP` names (uvloop's by default,
-where available; see `service.eventloop`).
+where available; see `service.eventloop`), its garbage collector tuned once the
+service is up (`service.gctune`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import signal
 from pathlib import Path
 
-from service import eventloop, logs
+from service import eventloop, gctune, logs
 from service.app import App
 from service.config import Settings
 from service.telemetry import configure as configure_telemetry
@@ -25,6 +26,7 @@ async def serve(settings: Settings, port_file: str | None = None) -> None:
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     app = App(settings)
     await app.start()
+    gctune.tune()
     if port_file:
         await asyncio.to_thread(Path(port_file).write_text, str(app.grpc.port))
     stop = asyncio.Event()
