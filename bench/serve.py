@@ -5,7 +5,8 @@ until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
 Every process runs on the event loop `AGW_EVENT_LOOP` names, as the service
 does (`service.eventloop`: uvloop's by default, where available), so that the
-baselines and the gateway are compared on the same loop.
+baselines and the gateway are compared on the same loop; every server's
+garbage collector is tuned as the service's is (`service.gctune`).
 The gateway's variants with the OpenTelemetry SDK and without instrumentation
 (`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
 bench/otel.py.
@@ -26,10 +27,11 @@ from pathlib import Path
 from bench.baseline import bare_query, start_grpc
 from bench.control import ControlServer, announce, wait_for_stop
 from bench.gateway import start_gateway
+from bench.procs import ROOT
 from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
 from bench.relay import AiohttpRelay, HttpxRelay
-from service import eventloop
+from service import eventloop, gctune
 
 KINDS = ("provider", *SERVERS)
 
@@ -47,7 +49,7 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
         }
         port, stop = provider.port, provider.stop
     elif kind in GATEWAYS:
-        workdir = Path(tempfile.mkdtemp(prefix="agw-bench-"))
+        workdir = Path(tempfile.mkdtemp(prefix="agw-bench-", dir=_data_root()))
         gateway = await start_gateway(args.provider_url, workdir, args.max_streams, kind)
         port = gateway.port
         control.extra, control.flush = gateway.counters, gateway.flush
@@ -81,8 +83,21 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
         await stop()
 
 
+def _data_root() -> Path:
+    """Where a gateway under test keeps its files: `var/bench/` in the repository, next to
+    the data directory `make run` uses (`var/`), rather than /tmp — on machines where /tmp
+    is watched (this one: creating a file there costs about ten times more than elsewhere
+    on the same disk), /tmp would measure the watcher. `AGW_BENCH_DATA_ROOT` overrides it.
+    """
+    root = Path(os.environ.get("AGW_BENCH_DATA_ROOT") or ROOT / "var" / "bench")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 async def serve(kind: str, args: argparse.Namespace) -> None:
     async with _running(kind, args) as (port, control):
+        if kind != "provider":  # each server as the service runs (`python -m service`)
+            gctune.tune()
         announce(kind=kind, port=port, control=control.port, pid=os.getpid())
         await wait_for_stop()
 
