@@ -29,10 +29,10 @@ class Sizes:
     # `ramp_deltas` deltas each, up to the first step a server does not sustain.
     ramp_streams: int = 100  # 5,000 deltas/s
     ramp_step: int = 50  # + 2,500 deltas/s a step
-    ramp_max_streams: int = 400  # 20,000 deltas/s
-    ramp_deltas: int = 150  # 3 s a step
-    # Paced load: at the highest step both the gateway and the aiohttp relay sustained,
-    # at most `load_streams` streams (50 deltas/s each).
+    ramp_max_streams: int = 300  # 15,000 deltas/s
+    ramp_deltas: int = 100  # 2 s a step
+    # Paced load: one step below the highest step both the gateway and the aiohttp relay
+    # sustained (a margin: it runs longer), at most `load_streams` streams (50 deltas/s each).
     load_streams: int = 200
     load_deltas: int = 500
     load_interval_ms: float = 20.0

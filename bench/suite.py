@@ -6,10 +6,10 @@ Scenarios run one after the other; each goes through every server before the
 next scenario starts, so that the figures compared with each other are
 measured minutes — not hours — apart on a machine that others share.
 
-The capacity ramp (`RAMPED` servers) finds the highest paced rate each server
-sustains; the paced load then runs at the highest rate that both the gateway
-and the aiohttp relay sustained, so that its figures — CPU per delta above
-all — compare sustained runs, never a saturated one.
+The capacity ramp finds the highest paced rate the gateway and the aiohttp
+relay (`RAMPED`) each sustain; the paced load then runs one step below the
+highest rate both sustained, so that its figures — CPU per delta above all —
+compare sustained runs, never a saturated one.
 
 The gateway's variants are then compared more closely: the scenarios measuring
 CPU and time to first delta (`REPEATED`) run again on each of them, `rounds`
@@ -133,14 +133,16 @@ async def run_suite(options: Options) -> dict[str, Any]:
 
 
 def _at_common_rate(sizes: Sizes, figures: dict[str, Figures]) -> Sizes:
-    """The sizes of the paced load: as many streams as the highest step of the capacity ramp
-    that every server of `PACED_AT_COMMON_RATE` in this run sustained, at most `load_streams`.
+    """The sizes of the paced load: as many streams as one step below the highest step of
+    the capacity ramp that every server of `PACED_AT_COMMON_RATE` in this run sustained
+    (a margin, as the load runs longer than a step), at most `load_streams`.
 
-    A server that sustained no step counts as the first step (its load then shows it is
-    not sustained); with none of them in the run, `load_streams` as given.
+    Never below the ramp's first step: a server that sustained none counts as the first
+    step (its load then shows it is not sustained); with none of those servers in the
+    run, `load_streams` as given.
     """
     ramped = [
-        int(figures[kind]["capacity_streams"]) or sizes.ramp_streams
+        max(sizes.ramp_streams, int(figures[kind]["capacity_streams"]) - sizes.ramp_step)
         for kind in PACED_AT_COMMON_RATE
         if "capacity_streams" in figures.get(kind, {})
     ]
