@@ -339,13 +339,15 @@ class _ReadWatch:
 
     aiohttp's `sock_read` cancels and re-arms a timer on every chunk received;
     here a read only notes when it starts waiting (`reading`: a clock reading
-    and the body's byte count) and one timer, armed by the first read, checks
-    when the oldest possible deadline comes: if that read was answered, it
-    stops until the next read re-arms it; if the read started later, it waits
-    for that read's deadline; if the read has waited `timeout` seconds with no
-    byte received, the body fails with aiohttp's socket time-out error — as
-    the body of a `sock_read` time-out does. Time the consumer spends away
-    from the body (writing what it read) is not counted.
+    and the body's byte count; `since` goes back to 0 when the read returns)
+    and one timer, armed by the first read, checks when the oldest possible
+    deadline comes: if that read was answered, it stops until the next read
+    re-arms it; if a later read is waiting, it waits for that read's deadline;
+    if the read has waited `timeout` seconds with no byte received, the body
+    fails with aiohttp's socket time-out error — as the body of a `sock_read`
+    time-out does. The one difference with `sock_read`: time the consumer
+    spends away from the body (writing what it read to a slow client) is not
+    counted against the provider.
 
     aiohttp's own timer keeps bounding the wait for the response head and its
     first bytes; it is switched off for the rest of the body here.
