@@ -1,19 +1,22 @@
 """`python -m bench`: baselines and the gateway measured in one run (`--help` for the sizes).
 
 Prints the report in Markdown and writes the figures as JSON to
-`bench/results/latest.json` (and the Markdown next to it), or to `--out`.
+`bench/results/latest.json` (and the Markdown next to it), or to `--out`. This
+process (the load client) and every process it starts run on the event loop
+`AGW_EVENT_LOOP` names, as the service does (uvloop's by default, where available).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from bench import report
 from bench.options import Options, parse
 from bench.suite import run_suite
+from service import eventloop
 
 
 async def run(options: Options) -> dict[str, Any]:
@@ -32,7 +35,7 @@ def write(results: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    results = asyncio.run(run(parse(argv)))
+    results = eventloop.run(run(parse(argv)), os.environ.get("AGW_EVENT_LOOP", "auto"))
     print(results["markdown"])
 
 

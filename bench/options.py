@@ -25,9 +25,18 @@ class Sizes:
     latency_interval_ms: float = 20.0
     bulk_streams: int = 20  # unpaced: CPU per delta with many deltas per read
     bulk_deltas: int = 1000
-    load_streams: int = 200  # paced load: 200 streams × 50 deltas/s
+    # Capacity: paced steps of `ramp_streams`, + `ramp_step`, ... streams (at load_interval_ms),
+    # `ramp_deltas` deltas each, up to the first step a server does not sustain.
+    ramp_streams: int = 100  # 5,000 deltas/s
+    ramp_step: int = 50  # + 2,500 deltas/s a step
+    ramp_max_streams: int = 300  # 15,000 deltas/s
+    ramp_deltas: int = 100  # 2 s a step
+    # Paced load: one step below the highest step both the gateway and the aiohttp relay
+    # sustained (a margin: it runs longer), at most `load_streams` streams (50 deltas/s each).
+    load_streams: int = 200
     load_deltas: int = 500
     load_interval_ms: float = 20.0
+    stagger_ms: float = 1000.0  # paced streams (ramp, load) start spread over this long
     batch: int = 250  # calls opened per burst (at most 500)
     channels: int = 4  # client connections per server
     rounds: int = 4  # runs of ttfe, latency, bulk, load on each gateway variant, order rotating
@@ -43,9 +52,14 @@ QUICK = Sizes(
     latency_interval_ms=5.0,
     bulk_streams=4,
     bulk_deltas=50,
+    ramp_streams=10,
+    ramp_step=10,
+    ramp_max_streams=20,
+    ramp_deltas=5,
     load_streams=20,
     load_deltas=5,
     load_interval_ms=20.0,
+    stagger_ms=40.0,
     batch=50,
     channels=2,
     rounds=2,

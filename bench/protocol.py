@@ -25,6 +25,11 @@ MODEL = "bench-model"
 # processes, to see how much two processes of the same server differ (bench/otel.py).
 GATEWAYS = ("gateway", "gateway+otel", "gateway-no-otel", "gateway-no-otel-2")
 SERVERS = ("bare", "relay", "relay-aiohttp", *GATEWAYS)  # the servers under test
+# The gateway is judged against the relay on the HTTP client it uses itself (aiohttp).
+REFERENCE = "relay-aiohttp"
+# The servers whose highest sustained paced rate is measured (the capacity ramp): the two
+# compared, whose common sustained rate the paced load then runs at.
+RAMPED = PACED_AT_COMMON_RATE = (REFERENCE, "gateway")
 _PREFIX = "bench"
 
 # One OpenAI `chat.completion.chunk` per delta, byte for byte what a provider sends.

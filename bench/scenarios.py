@@ -23,7 +23,7 @@ from bench.protocol import StreamSpec
 Figures = dict[str, Any]
 IDLE_HOLD_S = 60.0  # an idle stream's silence; the client closes it long before
 SETTLE_S = 10.0
-SUSTAINED = 0.95  # share of the offered rate that counts as sustained
+SUSTAINED = 0.95  # share of their pace at which streams must be delivered to count as sustained
 
 
 def percentile(values: Iterable[float], pct: float) -> float:
@@ -86,11 +86,37 @@ async def _streams(target: Target, specs: list[StreamSpec], batch: int) -> list[
     return list(await asyncio.gather(*await open_streams(target, specs, batch)))
 
 
-def _spread(streams: int, deltas: int, interval_ms: float) -> list[StreamSpec]:
-    """Paced streams whose deltas are spread evenly over the interval, as independent users'."""
+def _spread(
+    streams: int, deltas: int, interval_ms: float, stagger_ms: float = 0.0
+) -> list[StreamSpec]:
+    """Paced streams whose deltas are spread evenly over the interval, as independent users'.
+
+    With `stagger_ms`, their starts are also spread over that long (by whole intervals),
+    as independent users' are, rather than all within the first interval.
+    """
+    waves = max(1, int(stagger_ms // interval_ms)) if interval_ms > 0 else 1
     return [
-        StreamSpec(deltas, interval_ms, phase_ms=i * interval_ms / streams) for i in range(streams)
+        StreamSpec(
+            deltas,
+            interval_ms,
+            phase_ms=i * interval_ms / streams + (i * waves // streams) * interval_ms,
+        )
+        for i in range(streams)
     ]
+
+
+def _pace(results: list[StreamResult], deltas: int, interval_ms: float) -> float:
+    """How fast the streams were delivered against their pace: the sum of their scheduled
+    spans (first to last delta) over the sum of the spans they took to arrive; 1 = on pace.
+
+    Each stream is timed from its own first delta, so the figure is that of the steady
+    flow, whenever each stream started."""
+    scheduled = taken = 0.0
+    for r in results:
+        if len(r.arrivals) == deltas and deltas > 1:
+            scheduled += (deltas - 1) * interval_ms * 1e6
+            taken += r.arrivals[-1][0] - r.arrivals[0][0]
+    return scheduled / taken if taken > 0 else 0.0
 
 
 async def warmup(server: Child, provider: Child, target: Target, sizes: Sizes) -> Figures:
@@ -195,20 +221,23 @@ async def bulk(server: Child, provider: Child, target: Target, sizes: Sizes) -> 
     }
 
 
-async def load(server: Child, provider: Child, target: Target, sizes: Sizes) -> Figures:
-    """N streams paced like a real model: sustained or not, latency, CPU per delta."""
-    n, deltas, interval = sizes.load_streams, sizes.load_deltas, sizes.load_interval_ms
+async def _paced(
+    server: Child, provider: Child, target: Target, streams: int, deltas: int, sizes: Sizes
+) -> Figures:
+    """`streams` streams of `deltas` deltas paced like a real model, spread over the interval."""
+    interval = sizes.load_interval_ms
+    specs = _spread(streams, deltas, interval, sizes.stagger_ms)
     meter = Meter(server, provider)
     await meter.start()
-    results = await _streams(target, _spread(n, deltas, interval), sizes.batch)
+    results = await _streams(target, specs, sizes.batch)
     usage = await meter.stop()
     lat = [x / 1e6 for r in results for x in r.latencies_ns()]
     lags = [x / 1e6 for r in results for x in r.lags_ns()]
-    delivered, expected = len(lat), n * deltas
-    offered = n * 1000 / interval
-    # Paced on time, the last delta arrives ~deltas × interval after the first one.
+    delivered, expected = len(lat), streams * deltas
+    offered = streams * 1000 / interval
     span = _delivery_span_s(results)
     rate = (delivered - 1) / span if span > 0 else 0.0
+    pace = _pace(results, deltas, interval)
     errors = _errors(results, deltas)
     return {
         "cpu_us_per_delta_load": usage.server_ns / 1e3 / delivered if delivered else 0.0,
@@ -218,16 +247,59 @@ async def load(server: Child, provider: Child, target: Target, sizes: Sizes) -> 
         "load_rate_per_s": rate,
         "load_span_s": span,
         "load_scheduled_s": deltas * interval / 1000,
+        "load_streams": streams,
         "load_offered_per_s": offered,
         "load_delivered": delivered,
         "load_expected": expected,
         "load_errors": errors,
         "load_first_error": _first_error(results),
-        "load_sustained": errors == 0 and delivered == expected and rate >= SUSTAINED * offered,
+        "load_pace": pace,
+        "load_sustained": errors == 0 and delivered == expected and pace >= SUSTAINED,
         "load_server_cores": usage.share(usage.server_ns),
         "load_provider_cores": usage.share(usage.provider_ns),
         "load_client_cores": usage.share(usage.client_ns),
         "load_provider_lag_p99_ms": percentile(lags, 99),
+    }
+
+
+async def load(server: Child, provider: Child, target: Target, sizes: Sizes) -> Figures:
+    """`load_streams` paced streams of `load_deltas`: sustained or not, latency, CPU per delta.
+
+    The suite runs it at a rate that the servers compared sustain (see `capacity`).
+    """
+    return await _paced(server, provider, target, sizes.load_streams, sizes.load_deltas, sizes)
+
+
+async def capacity(server: Child, provider: Child, target: Target, sizes: Sizes) -> Figures:
+    """The highest paced rate the server sustains: steps of ever more streams, to the first
+    one it does not sustain twice in a row (or `ramp_max_streams`). Each step:
+    `ramp_deltas` deltas per stream.
+    """
+    steps: list[Figures] = []
+    best = 0
+    for streams in range(sizes.ramp_streams, sizes.ramp_max_streams + 1, max(1, sizes.ramp_step)):
+        step = await _paced(server, provider, target, streams, sizes.ramp_deltas, sizes)
+        if not step["load_sustained"]:  # a hiccup of the shared machine gets a second chance
+            step = await _paced(server, provider, target, streams, sizes.ramp_deltas, sizes)
+        steps.append(
+            {
+                "streams": streams,
+                "offered_per_s": step["load_offered_per_s"],
+                "rate_per_s": step["load_rate_per_s"],
+                "pace": step["load_pace"],
+                "sustained": step["load_sustained"],
+                "cpu_us_per_delta": step["cpu_us_per_delta_load"],
+                "latency_p99_ms": step["load_latency_p99_ms"],
+                "errors": step["load_errors"],
+            }
+        )
+        if not step["load_sustained"]:
+            break
+        best = streams
+    return {
+        "capacity_streams": best,
+        "capacity_per_s": best * 1000 / sizes.load_interval_ms,
+        "capacity_steps": steps,
     }
 
 
@@ -251,5 +323,6 @@ SCENARIOS = {
     "ttfe": ttfe,
     "latency": latency,
     "bulk": bulk,
+    "capacity": capacity,
     "load": load,
 }

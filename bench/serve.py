@@ -3,8 +3,10 @@
 Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
 until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
-`AGW_BENCH_UVLOOP=1` runs the gateway (each variant) on uvloop's event loop
-(`all`: every process); uvloop is not a dependency, install it to use this.
+Every process runs on the event loop `AGW_EVENT_LOOP` names, as the service
+does (`service.eventloop`: uvloop's by default, where available), so that the
+baselines and the gateway are compared on the same loop; every server's
+garbage collector is tuned as the service's is (`service.gctune`).
 The gateway's variants with the OpenTelemetry SDK and without instrumentation
 (`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
 bench/otel.py.
@@ -13,10 +15,8 @@ bench/otel.py.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import cProfile
-import importlib
 import logging
 import os
 import shutil
@@ -27,9 +27,11 @@ from pathlib import Path
 from bench.baseline import bare_query, start_grpc
 from bench.control import ControlServer, announce, wait_for_stop
 from bench.gateway import start_gateway
+from bench.procs import ROOT
 from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
 from bench.relay import AiohttpRelay, HttpxRelay
+from service import eventloop, gctune
 
 KINDS = ("provider", *SERVERS)
 
@@ -47,7 +49,7 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
         }
         port, stop = provider.port, provider.stop
     elif kind in GATEWAYS:
-        workdir = Path(tempfile.mkdtemp(prefix="agw-bench-"))
+        workdir = Path(tempfile.mkdtemp(prefix="agw-bench-", dir=_data_root()))
         gateway = await start_gateway(args.provider_url, workdir, args.max_streams, kind)
         port = gateway.port
         control.extra, control.flush = gateway.counters, gateway.flush
@@ -81,21 +83,23 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
         await stop()
 
 
+def _data_root() -> Path:
+    """Where a gateway under test keeps its files: `var/bench/` in the repository, next to
+    the data directory `make run` uses (`var/`), rather than /tmp — on machines where /tmp
+    is watched (this one: creating a file there costs about ten times more than elsewhere
+    on the same disk), /tmp would measure the watcher. `AGW_BENCH_DATA_ROOT` overrides it.
+    """
+    root = Path(os.environ.get("AGW_BENCH_DATA_ROOT") or ROOT / "var" / "bench")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 async def serve(kind: str, args: argparse.Namespace) -> None:
     async with _running(kind, args) as (port, control):
+        if kind != "provider":  # each server as the service runs (`python -m service`)
+            gctune.tune()
         announce(kind=kind, port=port, control=control.port, pid=os.getpid())
         await wait_for_stop()
-
-
-def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when `AGW_BENCH_UVLOOP` asks for it for `kind`, else None (asyncio's)."""
-    wanted = os.environ.get("AGW_BENCH_UVLOOP", "")
-    if wanted == "all" or (wanted == "1" and kind in GATEWAYS):
-        factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(
-            "uvloop"
-        ).new_event_loop
-        return factory
-    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,8 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if profile is not None:
         profile.enable()
     try:
-        with asyncio.Runner(loop_factory=_loop_factory(args.kind)) as runner:
-            runner.run(serve(args.kind, args))
+        eventloop.run(serve(args.kind, args), os.environ.get("AGW_EVENT_LOOP", "auto"))
     finally:
         if profile is not None:
             profile.disable()

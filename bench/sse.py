@@ -16,6 +16,8 @@ Two parts, printed as Markdown (`--json` prints the figures as JSON instead):
    *Latency*: a paced provider that stamps each delta with its send time; the
    client measures send → receive per event. Each figure for SSE is also given
    as a ratio to gRPC.
+
+Both processes run on the event loop `AGW_EVENT_LOOP` names, as the service does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -41,6 +44,7 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from google.protobuf import json_format
 
+from service import eventloop
 from service.core import events
 from service.gateway import codec
 from service.providers import loopback as lb
@@ -177,7 +181,7 @@ def _serve(conn: Connection) -> None:
                 while await asyncio.to_thread(conn.recv) == "cpu":
                     conn.send(time.process_time())
 
-    asyncio.run(main())
+    eventloop.run(main(), os.environ.get("AGW_EVENT_LOOP", "auto"))
 
 
 # 2. The clients -------------------------------------------------------------------------
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = vars(parser.parse_args(argv))
     as_json = args.pop("json")
-    results = asyncio.run(run(Options(**args)))
+    results = eventloop.run(run(Options(**args)), os.environ.get("AGW_EVENT_LOOP", "auto"))
     print(json.dumps(results, indent=2) if as_json else markdown(results))
 
 

@@ -6,6 +6,11 @@ Scenarios run one after the other; each goes through every server before the
 next scenario starts, so that the figures compared with each other are
 measured minutes — not hours — apart on a machine that others share.
 
+The capacity ramp finds the highest paced rate the gateway and the aiohttp
+relay (`RAMPED`) each sustain; the paced load then runs one step below the
+highest rate both sustained, so that its figures — CPU per delta above all —
+compare sustained runs, never a saturated one.
+
 The gateway's variants are then compared more closely: the scenarios measuring
 CPU and time to first delta (`REPEATED`) run again on each of them, `rounds`
 times in all, the variants' order rotating from one round to the next (each
@@ -27,10 +32,11 @@ import time
 from typing import Any
 
 from bench.load import Target
-from bench.options import Options
+from bench.options import Options, Sizes
 from bench.procs import Child, spawn
-from bench.protocol import GATEWAYS
+from bench.protocol import GATEWAYS, PACED_AT_COMMON_RATE, RAMPED
 from bench.scenarios import REPEATED, SCENARIOS, Figures
+from service import eventloop
 
 
 def _loadavg() -> list[float]:
@@ -43,7 +49,9 @@ def _expected_s(options: Options) -> float:
     s = options.sizes
     paced = (s.load_deltas * s.load_interval_ms + s.latency_deltas * s.latency_interval_ms) / 1e3
     repeated = (paced + 60.0) * (s.rounds - 1)
-    return (paced + 60.0) * 3 * len(options.servers) + repeated * len(GATEWAYS) + 120.0
+    steps = max(0, s.ramp_max_streams - s.ramp_streams) // max(1, s.ramp_step) + 1
+    ramp = (s.ramp_deltas * s.load_interval_ms / 1e3 + 10.0) * steps * len(RAMPED)
+    return (paced + 60.0) * 3 * len(options.servers) + repeated * len(GATEWAYS) + ramp + 120.0
 
 
 async def run_suite(options: Options) -> dict[str, Any]:
@@ -58,6 +66,7 @@ async def run_suite(options: Options) -> dict[str, Any]:
         "quick": options.quick,
         "sizes": dataclasses.asdict(options.sizes),
         "servers": list(options.servers),
+        "event_loop": eventloop.loop_name(os.environ.get("AGW_EVENT_LOOP", "auto")),
     }
     async with asyncio.timeout(_expected_s(options)), contextlib.AsyncExitStack() as stack:
         provider = await spawn("provider", *_profile(options, "provider"))
@@ -94,10 +103,16 @@ async def run_suite(options: Options) -> dict[str, Any]:
         figures: dict[str, Figures] = {kind: {} for kind in servers}
         variants = [kind for kind in servers if kind in GATEWAYS]
         rounds: dict[str, list[Figures]] = {kind: [{}] for kind in variants}
+        sizes = options.sizes
         for name, scenario in SCENARIOS.items():
+            if name == "load":
+                sizes = _at_common_rate(options.sizes, figures)
+                meta["load_streams"] = sizes.load_streams
             for kind, child in servers.items():
-                _progress(f"{name:<7} {kind}")
-                measured = await scenario(child, provider, targets[kind], options.sizes)
+                if name == "capacity" and kind not in RAMPED:
+                    continue
+                _progress(f"{name:<8} {kind}")
+                measured = await scenario(child, provider, targets[kind], sizes)
                 figures[kind].update(measured)
                 if kind in rounds and name in REPEATED:
                     rounds[kind][0].update(measured)
@@ -109,12 +124,30 @@ async def run_suite(options: Options) -> dict[str, Any]:
                 for kind in order:
                     _progress(f"{name:<7} {kind} (round {number + 1})")
                     rounds[kind][number].update(
-                        await SCENARIOS[name](servers[kind], provider, targets[kind], options.sizes)
+                        await SCENARIOS[name](servers[kind], provider, targets[kind], sizes)
                     )
         telemetry = {kind: _telemetry(await servers[kind].flush()) for kind in variants}
     meta["loadavg_after"] = _loadavg()
     meta["duration_s"] = round(time.time() - started, 1)
     return {"meta": meta, "servers": figures, "rounds": rounds, "telemetry": telemetry}
+
+
+def _at_common_rate(sizes: Sizes, figures: dict[str, Figures]) -> Sizes:
+    """The sizes of the paced load: as many streams as one step below the highest step of
+    the capacity ramp that every server of `PACED_AT_COMMON_RATE` in this run sustained
+    (a margin, as the load runs longer than a step), at most `load_streams`.
+
+    Never below the ramp's first step: a server that sustained none counts as the first
+    step (its load then shows it is not sustained); with none of those servers in the
+    run, `load_streams` as given.
+    """
+    ramped = [
+        max(sizes.ramp_streams, int(figures[kind]["capacity_streams"]) - sizes.ramp_step)
+        for kind in PACED_AT_COMMON_RATE
+        if "capacity_streams" in figures.get(kind, {})
+    ]
+    streams = min([sizes.load_streams, *ramped])
+    return dataclasses.replace(sizes, load_streams=streams)
 
 
 def _telemetry(stats: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from service.eventloop import EventLoopChoice
 from service.providers.openai_wire import ReasoningStyle
 
 
@@ -119,6 +120,9 @@ class Settings(BaseSettings):
         extra="ignore",
         toml_file=os.environ.get("AGW_CONFIG_FILE", "agw.toml"),
     )
+
+    # Process: the event loop, "auto" (uvloop where available), "asyncio" or "uvloop"
+    event_loop: EventLoopChoice = "auto"
 
     # Network
     grpc_address: str = "127.0.0.1:50051"

@@ -23,8 +23,8 @@ order, synchronously — like any reader, but without a position to keep.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from time import time_ns
 from typing import Any, overload
 
 from service.core import events
@@ -32,6 +32,12 @@ from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Even
 from service.core.middleware import hooks
 
 Observer = Callable[[Event], None]
+
+#: oneof field → (opens a block, the payload's block id field), for the blocks' starts and ends.
+_BLOCK_ROLES: dict[str, tuple[bool, str]] = {
+    **{start: (True, id_field) for start, (_, id_field) in BLOCKS.items()},
+    **{end: (False, id_field) for end, id_field in BLOCK_ENDS.items()},
+}
 
 
 class EventLog(Sequence[Event]):
@@ -58,6 +64,7 @@ class EventLog(Sequence[Event]):
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
         self._waiters: list[asyncio.Future[None]] = []
         self._finished = asyncio.Event()
+        self._done = False  # the terminal event is appended (what `_finished` tells waiters)
 
     # -- the sequence ------------------------------------------------------------------
 
@@ -79,7 +86,7 @@ class EventLog(Sequence[Event]):
     @property
     def done(self) -> bool:
         """Whether the terminal event has been appended."""
-        return self._finished.is_set()
+        return self._done
 
     @property
     def terminal(self) -> Event | None:
@@ -96,14 +103,18 @@ class EventLog(Sequence[Event]):
         self._observers.append(observer)
 
     def emit(self, event: Event) -> Event:
-        """Stamp the envelope on `event`, append it and wake the readers."""
-        if self.done:
+        """Stamp the envelope on `event`, append it and wake the readers.
+
+        On the per-delta path: the payload's field is looked up once, and each
+        table is consulted once.
+        """
+        if self._done:
             raise RuntimeError(f"run {self.run_id} already ended; cannot emit {event}")
         field: str | None = event.WhichOneof("payload")
         if field is None:
             raise ValueError("event without payload")
         event.type = EVENT_TYPES[field]
-        event.timestamp = time.time_ns() // 1_000_000
+        event.timestamp = time_ns() // 1_000_000
         event.chat_id = self.chat_id
         event.run_id = self.run_id
         if self._on_event:
@@ -111,17 +122,24 @@ class EventLog(Sequence[Event]):
             if kept is None:
                 return event
             event, field = kept
-        event.seq = len(self._events) + 1
-        if field in BLOCKS:
-            self._open[getattr(getattr(event, field), BLOCKS[field][1])] = event
-        elif field in BLOCK_ENDS:
-            self._open.pop(getattr(getattr(event, field), BLOCK_ENDS[field]), None)
-        self._events.append(event)
+        log = self._events
+        event.seq = len(log) + 1
+        role = _BLOCK_ROLES.get(field)
+        if role is not None:
+            opens, id_field = role
+            block_id = getattr(getattr(event, field), id_field)
+            if opens:
+                self._open[block_id] = event
+            else:
+                self._open.pop(block_id, None)
+        log.append(event)
         for observer in self._observers:
             observer(event)
         if field in TERMINALS:
+            self._done = True
             self._finished.set()
-        self._wake()
+        if self._waiters:
+            self._wake()
         return event
 
     def _apply_middlewares(self, event: Event, field: str) -> tuple[Event, str] | None:

@@ -53,6 +53,21 @@ log = logging.getLogger("agw.store")
 
 PLACEHOLDER_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
+#: The events the recorder acts on as they are emitted (it reads the rest at each step's end).
+_WATCHED = frozenset(
+    {
+        "content_start",
+        "action_start",
+        "tool_start",
+        "tool_result",
+        "action_result",
+        "plan_create",
+        "plan_update",
+        "plan_revise",
+        *events.TERMINALS,
+    }
+)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -116,7 +131,10 @@ class ChatRecorder:
         }
         if not owner.anonymous:  # who owns the chat (and so its runs)
             record["owner"] = owner.to_record()
-        self._send([record])
+        # The query record is sent on the loop's next turn: the run's task, created right
+        # after the recorder, makes its first step before the record is appended — the
+        # model request leaves before a new chat's file is created. Appends keep their order.
+        asyncio.get_running_loop().call_soon(self._send, [record])
         run.observe_turns(self._on_turn)
         run.log.observe(self._on_event)
 
@@ -223,6 +241,8 @@ class ChatRecorder:
         if event.parent_tool_id:  # a nested run's event: kept with the calling step
             return
         field_name = event.WhichOneof("payload")
+        if field_name not in _WATCHED:  # the deltas, above all
+            return
         if field_name == "content_start":
             self._shown_content.add(event.content_start.content_id)
         elif field_name == "action_start":

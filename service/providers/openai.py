@@ -14,6 +14,13 @@ see `_take_slot`). Failures before the first body byte (connect errors,
 time-outs, 429/5xx) are retried with exponential back-off; nothing is retried
 after it, so no text is ever duplicated.
 
+The read time-out (`read_timeout_s`) bounds every wait for the provider: for
+the response head and its first bytes it is aiohttp's `sock_read`; for the
+rest of the body, a read that waits that long with no data fails the call with
+a `ProviderTimeout`. That second part is one watchdog per stream (`_ReadWatch`)
+rather than aiohttp's timer, which is cancelled and re-armed on every chunk
+received: the body's reads only note when they start waiting.
+
 The body is parsed with bounded lines and events (`max_sse_line_bytes`,
 `max_sse_event_bytes`): a provider that breaks a bound fails the call with a
 `ProviderError` naming it. Every secret the client knows (the API key, the
@@ -156,7 +163,7 @@ class OpenAIChatClient:
         log = self._log.begin(request, self.url, self._headers, body)
         try:
             response, first = await self._open(encode_body(body), log)  # holds a slot
-            deltas = self._deltas(response.content, first, log)
+            deltas = self._deltas(response, first, log)
             try:
                 yield deltas
             finally:  # synchronous up to `aclose`, which does not suspend either
@@ -267,45 +274,54 @@ class OpenAIChatClient:
                 response.close()
 
     async def _deltas(
-        self, body: aiohttp.StreamReader, chunk: bytes, log: CallLog | None
+        self, response: aiohttp.ClientResponse, chunk: bytes, log: CallLog | None
     ) -> AsyncGenerator[ModelDelta, None]:
         """The deltas of the body, read by the consuming task; `chunk` is its first bytes."""
         options = self.options
+        body = response.content
+        watch = _ReadWatch(response, options.read_timeout_s)
+        reading = watch.reading
         parser = SSEParser(options.max_sse_line_bytes, options.max_sse_event_bytes)
+        feed = parser.feed
         parse = self.parse_chunk
         finished = False
         error: ProviderError | None = None
-        while True:
-            for data in parser.feed(chunk) if chunk else parser.flush():
-                if data == "[DONE]":
-                    await _drain(body)
-                    return
-                delta = parse(data)
-                if delta is None:
-                    continue
-                if delta.finish_reason is not None:
-                    finished = True
-                if log is not None:
-                    log.delta(delta)
-                yield delta
-            if parser.error is not None:  # after the events completed before the breach
-                raise self._limit_error(parser.error)
-            if not chunk:  # end of body without [DONE]
-                if finished:
-                    return
-                raise error or ProviderError(self.key, "stream ended before completion")
-            try:
-                chunk = await body.readany()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                chunk = _unread(body)
-                if chunk:
-                    continue  # the same error comes again on the next read
-                if isinstance(exc, TimeoutError):
-                    timeout = self.options.read_timeout_s
-                    raise ProviderTimeout(
-                        self.key, f"no data within the read time-out of {timeout}s"
-                    ) from exc
-                error = self._transport_error(exc, "stream ended before completion")
+        try:
+            while True:
+                for data in feed(chunk) if chunk else parser.flush():
+                    if data == "[DONE]":
+                        await _drain(body)
+                        return
+                    delta = parse(data)
+                    if delta is None:
+                        continue
+                    if delta.finish_reason is not None:
+                        finished = True
+                    if log is not None:
+                        log.delta(delta)
+                    yield delta
+                if parser.error is not None:  # after the events completed before the breach
+                    raise self._limit_error(parser.error)
+                if not chunk:  # end of body without [DONE]
+                    if finished:
+                        return
+                    raise error or ProviderError(self.key, "stream ended before completion")
+                try:
+                    reading()
+                    chunk = await body.readany()
+                    watch.since = 0.0
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    chunk = _unread(body)
+                    if chunk:
+                        continue  # the same error comes again on the next read
+                    if isinstance(exc, TimeoutError):
+                        timeout = options.read_timeout_s
+                        raise ProviderTimeout(
+                            self.key, f"no data within the read time-out of {timeout}s"
+                        ) from exc
+                    error = self._transport_error(exc, "stream ended before completion")
+        finally:
+            watch.close()
 
     def _limit_error(self, exc: SSELimitExceeded) -> ProviderError:
         setting = f"max_sse_{exc.limit}_bytes"
@@ -316,6 +332,62 @@ class OpenAIChatClient:
         if isinstance(exc, TimeoutError):
             return ProviderTimeout(self.key, detail)
         return ProviderError(self.key, detail)
+
+
+class _ReadWatch:
+    """The read time-out of one response body: one timer per stream, not one per read.
+
+    aiohttp's `sock_read` cancels and re-arms a timer on every chunk received;
+    here a read only notes when it starts waiting (`reading`: a clock reading
+    and the body's byte count; `since` goes back to 0 when the read returns)
+    and one timer, armed by the first read, checks when the oldest possible
+    deadline comes: if that read was answered, it stops until the next read
+    re-arms it; if a later read is waiting, it waits for that read's deadline;
+    if the read has waited `timeout` seconds with no byte received, the body
+    fails with aiohttp's socket time-out error — as the body of a `sock_read`
+    time-out does. The one difference with `sock_read`: time the consumer
+    spends away from the body (writing what it read to a slow client) is not
+    counted against the provider.
+
+    aiohttp's own timer keeps bounding the wait for the response head and its
+    first bytes; it is switched off for the rest of the body here.
+    """
+
+    __slots__ = ("_body", "_handle", "_loop", "_timeout", "received", "since")
+
+    def __init__(self, response: aiohttp.ClientResponse, timeout: float) -> None:
+        self._body = response.content
+        self._loop = asyncio.get_running_loop()
+        self._timeout = timeout
+        self._handle: asyncio.TimerHandle | None = None
+        self.since = 0.0  # when the latest read started waiting
+        self.received = 0  # the body's byte count then
+        connection = response.connection  # None once the whole body was received
+        if connection is not None and connection.protocol is not None:
+            connection.protocol.read_timeout = None
+            connection.protocol.start_timeout()  # drops the timer armed by the last chunk
+
+    def reading(self) -> None:
+        """A read of the body is about to wait for data."""
+        self.since = now = self._loop.time()
+        self.received = self._body.total_bytes
+        if self._handle is None and self._timeout:
+            self._handle = self._loop.call_at(now + self._timeout, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        if not self.since or self._body.total_bytes != self.received:
+            return  # the read was answered (its task may not have run yet): the next one re-arms
+        due = self.since + self._timeout
+        if self._loop.time() < due:  # a later read is waiting: check at its deadline
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self._body.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def _known_secrets(

@@ -3,7 +3,8 @@
 Bytes may arrive split anywhere, even inside a CRLF pair or a UTF-8 sequence.
 Lines end with LF, CRLF or a lone CR; a blank line dispatches the event. The
 parser works line by line with `bytes.split`, never byte by byte, because it
-sits on the per-delta hot path.
+sits on the per-delta hot path; a chunk of whole one-line `data: ` events —
+what providers send — takes a shorter path that yields the same events.
 
 Deviation from the standard, on purpose: at end of stream, `flush()` treats an
 unterminated last line as complete and dispatches a pending event instead of
@@ -100,6 +101,19 @@ class SSEParser:
             raise self.error
         if not chunk:
             return []
+        if (
+            chunk[-2:] == b"\n\n"
+            and self._started
+            and not self._parts
+            and not self._data
+            and not self._skip_lf
+            and len(chunk) <= self.max_line_bytes
+            and len(chunk) <= self.max_event_bytes
+            and b"\r" not in chunk
+        ):
+            out = self._whole_events(chunk)
+            if out is not None:
+                return out
         if self._skip_lf:
             self._skip_lf = False
             if chunk[0] == 10:
@@ -142,6 +156,23 @@ class SSEParser:
             self._parts.append(tail)
             self._parts_size = len(tail)
         return self._lines(lines)
+
+    def _whole_events(self, chunk: bytes) -> list[str] | None:
+        """The fast path: `chunk` is whole events of one `data: ` line each, else None.
+
+        This is what providers send chunk after chunk. The caller checked that
+        nothing is pending and that `chunk` is within both limits (so no line or
+        event in it can break one), has no CR and ends with a blank line.
+        """
+        blocks = chunk.split(b"\n\n")
+        blocks.pop()  # the empty remainder after the last blank line
+        out: list[str] = []
+        for block in blocks:
+            if block[:6] != b"data: " or b"\n" in block:
+                return None  # other fields, several lines, or an empty line: the full parser
+            out.append(block[6:].decode("utf-8", "replace"))
+        self.event_type = ""
+        return out
 
     def flush(self) -> list[str]:
         """End of stream: take the unterminated last line and dispatch what is pending."""

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
+import orjson
+
 from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound, StoreFailed
 from service.core.ids import check_chat_id, valid_chat_id
@@ -95,10 +97,7 @@ class JsonlChatStore:
         path = self.path(chat_id)
         if chat_id in self._failed:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
-        data = b"".join(
-            json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            for r in records
-        )
+        data = b"".join(encode_record(r) for r in records)
         # Appending a line to a local file takes microseconds (the page cache): it is done
         # in the loop, which also keeps appends in call order. fsync goes to a thread.
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
@@ -177,6 +176,15 @@ class JsonlChatStore:
                     continue
                 records.append(upgrade_record(record))
         return records
+
+
+def encode_record(record: Record) -> bytes:
+    """One record as one line of compact UTF-8 JSON (orjson; the standard library's json
+    for what orjson refuses, such as non-string keys or integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def repair_torn_tail(path: Path) -> bool:

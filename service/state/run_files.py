@@ -24,9 +24,21 @@ from service.core.ids import valid_run_id
 log = logging.getLogger("agw.store")
 
 
+#: The varint prefix of every length up to 16 KiB, which nearly every event's is.
+_PREFIXES = [_VarintBytes(n) for n in range(16384)]
+
+
 def encode_events(events: Sequence[Event]) -> bytes:
     """`events` as length-delimited `agw.v1.Event` messages (a varint length before each)."""
-    return b"".join(_VarintBytes(len(raw)) + raw for raw in (e.SerializeToString() for e in events))
+    prefixes, limit = _PREFIXES, len(_PREFIXES)
+    parts: list[bytes] = []
+    append = parts.append
+    for event in events:
+        raw = event.SerializeToString()
+        size = len(raw)
+        append(prefixes[size] if size < limit else _VarintBytes(size))
+        append(raw)
+    return b"".join(parts)
 
 
 def decode_events(data: bytes) -> list[Event]:

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench import overhead, report
 from bench.__main__ import run
 from bench.options import QUICK, parse
@@ -29,7 +31,10 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-async def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
+async def test_quick_run_reports_every_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGW_BENCH_DATA_ROOT", str(tmp_path / "data"))  # the gateway's files
     out = tmp_path / "results" / "latest.json"
     results = await run(parse(["--quick", "--out", str(out)]))
 
@@ -38,15 +43,28 @@ async def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     for kind, figures in results["servers"].items():
         for fig in report.FIGURES:
             value = figures.get(fig.key)
-            assert _number(value) and value > 0, (kind, fig.key, value)
+            if fig.only is not None and kind not in fig.only:
+                assert value is None, (kind, fig.key, value)
+            elif fig.key == "capacity_per_s":  # 0 when not even the first step was sustained
+                assert _number(value) and value >= 0, (kind, fig.key, value)
+                steps = figures["capacity_steps"]
+                assert steps and all(isinstance(step["sustained"], bool) for step in steps)
+                assert value == figures["capacity_streams"] * 1000 / QUICK.load_interval_ms
+            else:
+                assert _number(value) and value > 0, (kind, fig.key, value)
         assert isinstance(figures["load_sustained"], bool)
+        assert figures["load_streams"] == results["meta"]["load_streams"], kind
         assert [figures[key] for key in report.ERROR_KEYS] == [0] * len(report.ERROR_KEYS), kind
 
+    assert results["meta"]["event_loop"] in ("asyncio", "uvloop")
+    assert QUICK.ramp_streams <= results["meta"]["load_streams"] <= QUICK.load_streams
     for fig in report.FIGURES:
+        if fig.key == "capacity_per_s":
+            continue  # a ratio of 0s when the first step of the ramp was not sustained
         row = results["comparisons"][fig.key]
-        keys = ("gateway/relay", "gateway/bare", "httpx/aiohttp")
+        keys = ("gateway/relay-aiohttp", "gateway/relay", "gateway/bare", "httpx/aiohttp")
         if fig.compare == "added":
-            keys = ("gateway-relay", "gateway-bare", "gateway-relay-aiohttp")
+            keys = ("gateway-relay-aiohttp", "gateway-relay", "gateway-bare")
         for key in keys:
             assert _number(row[key]), (fig.key, key)
             if fig.compare == "ratio":
@@ -56,6 +74,9 @@ async def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     for target in results["targets"]:
         assert isinstance(target["met"], bool) and isinstance(target["note"], str)
         assert _number(target["value"]), target
+    goals = {t["name"]: t["goal"] for t in results["targets"]}
+    assert goals["CPU per delta, paced load (sustained)"] == "≤ 1.1× relay"
+    assert goals["added time to first delta p50"] == "≤ 1 ms"
 
     _check_rounds(results)
     _check_tracing(results["tracing"])

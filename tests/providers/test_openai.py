@@ -311,6 +311,43 @@ async def test_stall_mid_stream_is_a_timeout(server: LoopbackProvider) -> None:
     assert len(server.requests) == 1
 
 
+async def test_a_provider_that_keeps_sending_never_times_out(server: LoopbackProvider) -> None:
+    client = make_client(server, read_timeout_s=0.3)
+    script: list[Any] = []
+    for piece in "abcdef":  # 0.6 s in all, never 0.3 s without a byte
+        script += [content(piece), Pause(0.1)]
+    server.enqueue([*script, finish("stop"), DONE])
+    try:
+        deltas = await collect(client)
+    finally:
+        await client.aclose()
+    assert "".join(d.content or "" for d in deltas) == "abcdef"
+    assert deltas[-1] == ModelDelta(finish_reason="stop")
+
+
+async def test_the_read_time_out_counts_only_while_a_read_waits(
+    server: LoopbackProvider,
+) -> None:
+    # The provider is silent for 0.8 s after "a"; the consumer is away for 0.5 s of it
+    # (e.g. writing "a" to a slow client), so its next read waits 0.3 s: within 0.5 s.
+    client = make_client(server, read_timeout_s=0.5)
+    server.enqueue([content("a"), Pause(0.8), content("b"), finish("stop"), DONE])
+    got: list[ModelDelta] = []
+    try:
+        async with client.stream(req()) as deltas:
+            async for d in deltas:
+                got.append(d)
+                if d.content == "a":
+                    await asyncio.sleep(0.5)
+    finally:
+        await client.aclose()
+    assert got == [
+        ModelDelta(content="a"),
+        ModelDelta(content="b"),
+        ModelDelta(finish_reason="stop"),
+    ]
+
+
 async def test_stall_before_first_byte_is_retried(server: LoopbackProvider) -> None:
     client = make_client(server, read_timeout_s=0.2, max_retries=1)
     server.enqueue([Pause(2.0), content("late")], [content("ok"), finish("stop"), DONE])

@@ -50,6 +50,40 @@ def test_every_pair_of_split_points_on_crlf_stream() -> None:
             assert parse_all(stream[:i], stream[i:j], stream[j:]) == ["a", "b\nc"], (i, j)
 
 
+def test_chunks_of_whole_events_give_the_same_events_as_any_split() -> None:
+    # Whole one-line `data: ` events per chunk (the usual provider chunk), mixed with
+    # chunks that need the full parser: a pending event type, a multi-line event,
+    # extra blank lines, a comment, an event split across two chunks.
+    chunks = [
+        b": open\n\n",
+        b"data: one\n\n",
+        b"data: two\n\ndata: three\n\n",
+        b"event: note\n",
+        b"data: four\n\n",
+        b"data: five\ndata: six\n\n",
+        b"data: seven\n\n\n\n",
+        b"data:eight\n\n",
+        b"data: ni",
+        b"ne\n\n",
+        b"data: ten\n\n",
+    ]
+    expected = ["one", "two", "three", "four", "five\nsix", "seven", "eight", "nine", "ten"]
+    parser = SSEParser()
+    got = [data for chunk in chunks for data in parser.feed(chunk)] + parser.flush()
+    assert got == expected
+    assert parser.event_type == ""
+    stream = b"".join(chunks)
+    assert parse_all(*(stream[i : i + 1] for i in range(len(stream)))) == expected
+    assert parse_all(stream) == expected
+
+
+def test_a_whole_event_chunk_over_a_limit_still_fails() -> None:
+    parser = SSEParser(max_line_bytes=64, max_event_bytes=16)
+    assert parser.feed(b"data: " + b"x" * 10 + b"\n\n") == ["x" * 10]
+    assert parser.feed(b"data: " + b"y" * 17 + b"\n\n") == []
+    assert isinstance(parser.error, SSELimitExceeded) and parser.error.limit == "event"
+
+
 def test_crlf_split_across_reads_dispatches_without_waiting() -> None:
     parser = SSEParser()
     assert parser.feed(b"data: x\r\n\r") == ["x"]  # the lone CR already ends the blank line
