@@ -117,7 +117,8 @@ async def keep_moving(
     request: HttpRequest,
     message: dict[str, str],
 ) -> None:
-    """When the stream's run waits on a frontend tool, cancel the run (through HTTP)."""
+    """When the stream's run waits on a frontend tool, answer it with the request's `answer`
+    (any JSON, NaN and all), or cancel the run, through HTTP; a refused answer cancels."""
     if "event" in message or "data" not in message:
         return
     event = orjson.loads(message["data"])
@@ -129,9 +130,17 @@ async def keep_moving(
     authorization = request.header("Authorization")
     if authorization is not None:
         headers.append(("Authorization", authorization))
-    body = orjson.dumps({"runId": event["runId"]})
-    url = service.harness.http_url + "/api/cancel"
-    async with session.post(url, headers=headers, data=body) as response:
+    base = service.harness.http_url
+    run = orjson.dumps({"runId": event["runId"]})
+    if request.answer is not None:
+        tool = orjson.dumps({"runId": event["runId"], "toolId": event["toolId"]})
+        body = tool[:-1] + b',"payload":' + request.answer + b"}"
+        async with session.post(base + "/api/submit", headers=headers, data=body) as response:
+            answer = await response.read()
+            assert response.status < 500, answer
+            if response.status == 200 and orjson.loads(answer)["data"].get("accepted"):
+                return
+    async with session.post(base + "/api/cancel", headers=headers, data=run) as response:
         assert response.status == 200, await response.read()
 
 

@@ -40,6 +40,7 @@ class HttpRequest:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes | None = None
     route: Route | None = None
+    answer: bytes | None = None  # the Submit body's payload for a waiting tool; None: cancel
 
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name.lower()), None)
@@ -65,19 +66,19 @@ def paths(service: FuzzService, route: Route | None, wild: int) -> st.SearchStra
         static += ["/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/static/..%2f..%2fservice/app.py"]
         junk = strings().map(lambda s: "/api/" + quote(s, safe="/"))
         return st.sampled_from(static) | junk
+    return _filled(service, route, wild)
 
-    @st.composite
-    def filled(draw: st.DrawFn) -> str:
-        path = route.template
-        for _, name in route.variables:
-            path = path.replace("{" + name + "}", draw(segments(service, wild)))
-        if not draw(_one_in(wild)):
-            return path
-        bend = draw(st.sampled_from(["", "/", "/..", "//", "/%2e%2e", "?"]))
-        prefix = draw(st.sampled_from(["", "/", "/api/..", "/API"]))
-        return prefix + path + bend
 
-    return filled()
+@st.composite
+def _filled(draw: st.DrawFn, service: FuzzService, route: Route, wild: int) -> str:
+    path = route.template
+    for _, name in route.variables:
+        path = path.replace("{" + name + "}", draw(segments(service, wild)))
+    if not draw(_one_in(wild)):
+        return path
+    bend = draw(st.sampled_from(["", "/", "/..", "//", "/%2e%2e", "?"]))
+    prefix = draw(st.sampled_from(["", "/", "/api/..", "/API"]))
+    return prefix + path + bend
 
 
 def _one_in(n: int) -> st.SearchStrategy[bool]:
@@ -276,4 +277,5 @@ def requests(draw: st.DrawFn, service: FuzzService, route: Route | None) -> Http
         headers=draw(headers(method, wild)),
         body=draw(bodies(route, service, wild)),
         route=route,
+        answer=draw(st.none() | json_values().map(_dumps)),
     )

@@ -3,14 +3,16 @@
 One service for the module (see kit.py). Each example starts one to three runs
 (waiting on a frontend tool, streaming slowly, planning, or in the sandbox) of
 one principal, then makes random Submit, Cancel, Attach, GetChat, Upload and
-Query calls at them, from their owner, the other principal or no one, with
-their ids bent (a newline, a traversal, a cut). Every call ends with a foreseen
-status; every stream keeps the streaming rules once its run is cancelled. Last,
-nothing leaked, nothing was written outside, nothing went wrong unnoticed.
+Query calls at them (one after the other, or all at once), from their owner,
+the other principal or no one, with their ids bent (a newline, a traversal, a
+cut). Every call ends with a foreseen status; every stream keeps the streaming
+rules once its run is cancelled. Last, nothing leaked, nothing was written
+outside, nothing went wrong unnoticed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
@@ -143,10 +145,16 @@ async def test_requests_aimed_at_live_runs(service: FuzzService, data: st.DataOb
         runs.append(open_stream(service, request, owner, FuzzService.metadata(owner)))
     for run in runs:
         await started(run)
+    calls = data.draw(st.lists(ops, max_size=8), label="calls")
+    together = data.draw(st.booleans(), label="at once")
     streams = list(runs)
     try:
-        for op in data.draw(st.lists(ops, max_size=8), label="calls"):
-            streams += await perform(service, op, runs)
+        if together:  # the calls race each other (a cancel and a submit, two queries...)
+            opened = await asyncio.gather(*(perform(service, op, runs) for op in calls))
+            streams += [stream for some in opened for stream in some]
+        else:
+            for op in calls:
+                streams += await perform(service, op, runs)
     finally:
         await end_all(service, streams)
     for stream in streams:
