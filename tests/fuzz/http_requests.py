@@ -150,6 +150,8 @@ RAW_BODIES: tuple[tuple[bytes, int], ...] = (
     (b'{"a":NaN}', 1),
     (b'{"agentKey":"oneshot","message":"Hi","params":{"x":1e999}}', 1),
     (b'{"agentKey":"oneshot","agentKey":"plan","message":"Hi"}', 1),
+    (b'{"agentKey":"oneshot","message":"\\ud800 lone"}', 1),
+    (b'{"agentKey":"oneshot","message":"Hi","params":{"\\udfff":"\\u0000"}}', 1),
     (b"\xef\xbb\xbf{}", 1),
     (b"\xff\xfe{\x00}\x00", 1),
     (b"[", 5000),

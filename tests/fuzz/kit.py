@@ -135,7 +135,7 @@ def tokens() -> list[str]:
 
 def callers() -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
     """The metadata of a call: a valid key three times in five, else a token, a bad header,
-    or none."""
+    or none; maybe a trace context or request id of any printable text."""
     printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
     headers = st.one_of(
         st.sampled_from([f"Bearer {t}" for t in tokens()]),
@@ -146,9 +146,12 @@ def callers() -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
     )
     valid = st.sampled_from([FuzzService.metadata("alice")] * 3 + [FuzzService.metadata("bob")])
     invalid = headers.map(lambda header: (("authorization", header),)) | st.just(())
-    return st.sampled_from([True, True, True, False, False]).flatmap(
+    credentials = st.sampled_from([True, True, True, False, False]).flatmap(
         lambda good: valid if good else invalid
     )
+    extra = st.tuples(st.sampled_from(["traceparent", "x-request-id", "tracestate"]), printable)
+    others = st.lists(extra, max_size=2).map(tuple)
+    return st.tuples(credentials, others).map(lambda both: (*both[0], *both[1]))
 
 
 # The model ---------------------------------------------------------------------------
@@ -266,7 +269,7 @@ async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzServic
         "data_dir": dirs["data"],
         "bash_working_dir": dirs["workspace"],
         "bash_timeout_s": 5.0,
-        "frontend_wait_timeout_s": 5.0,
+        "frontend_wait_timeout_s": 60.0,  # every wait is answered or cancelled
         "max_concurrent_runs": 16,
         "auth_api_keys": [
             ApiKeySettings(key=ALICE_KEY, tenant="t1", subject="alice"),

@@ -6,8 +6,9 @@ one principal, then makes random Submit, Cancel, Attach, GetChat, Upload and
 Query calls at them (one after the other, or all at once), from their owner,
 the other principal or no one, with their ids bent (a newline, a traversal, a
 cut). Every call ends with a foreseen status; every stream keeps the streaming
-rules once its run is cancelled. Last, nothing leaked, nothing was written
-outside, nothing went wrong unnoticed.
+rules once its run is cancelled, and an Attach gets exactly the events its run's
+Query got after its `afterSeq`, whenever it joined. Last, nothing leaked,
+nothing was written outside, nothing went wrong unnoticed.
 """
 
 from __future__ import annotations
@@ -147,7 +148,12 @@ async def test_requests_aimed_at_live_runs(service: FuzzService, data: st.DataOb
         await started(run)
     calls = data.draw(st.lists(ops, max_size=8), label="calls")
     together = data.draw(st.booleans(), label="at once")
+    joins = data.draw(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12)), max_size=3))
     streams = list(runs)
+    for index, after in joins:  # the owners re-join their runs, from some seq, meanwhile
+        run = runs[index % len(runs)]
+        request = gw.AttachRequest(run_id=run.run_id, after_seq=after)
+        streams.append(open_stream(service, request, run.owner, FuzzService.metadata(run.owner)))
     try:
         if together:  # the calls race each other (a cancel and a submit, two queries...)
             opened = await asyncio.gather(*(perform(service, op, runs) for op in calls))
@@ -159,6 +165,21 @@ async def test_requests_aimed_at_live_runs(service: FuzzService, data: st.DataOb
         await end_all(service, streams)
     for stream in streams:
         stream.check()
+    assert_replays_match(streams)
+
+
+def assert_replays_match(streams: list[Stream]) -> None:
+    """Each Attach got exactly the events of its run's Query stream after its `afterSeq`."""
+    logs = {s.run_id: s.events for s in streams if s.method == "Query" and s.run_id}
+    for stream in streams:
+        log = logs.get(stream.run_id)
+        if stream.method != "Attach" or log is None:
+            continue
+        expected = [e.SerializeToString() for e in log if e.seq > stream.after_seq]
+        assert [e.SerializeToString() for e in stream.events if e.seq] == expected, (
+            f"Attach after {stream.after_seq} of run {stream.run_id}: "
+            f"{[e.seq for e in stream.events]} instead of the Query's {[e.seq for e in log]}"
+        )
 
 
 async def test_nothing_leaked_and_nothing_written_outside(service: FuzzService) -> None:
