@@ -14,6 +14,8 @@ nothing went wrong unnoticed (no ERROR logged, no failure left unhandled).
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 from tests.fuzz.calls import (
     METHODS,
     answerer,
+    check_status,
     check_stream,
     invoke,
     plans,
@@ -30,6 +33,7 @@ from tests.fuzz.calls import (
 from tests.fuzz.guards import assert_no_leaks
 from tests.fuzz.kit import (
     AGENT_KEYS,
+    CALL_TIMEOUT_S,
     COMMANDS,
     FuzzService,
     callers,
@@ -102,6 +106,39 @@ async def test_damaged_and_random_bytes(
     answer = answerer(service, plan, metadata, replay=name == "Attach")
     outcome = await invoke(service, method, payload, metadata, answer)
     check_stream(method, outcome, after_seq=-1)
+
+
+#: The other services the server hosts, which take no credentials.
+HOSTED = (
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+)
+
+
+@fuzz(30)
+@given(path=st.sampled_from(HOSTED), payload=st.binary(max_size=100))
+async def test_random_bytes_to_health_and_reflection(
+    service: FuzzService, path: str, payload: bytes
+) -> None:
+    channel = service.harness.channel
+    if path.endswith("/Check"):
+        call = channel.unary_unary(path)(payload)
+    elif path.endswith("/Watch"):
+        call = channel.unary_stream(path)(payload)
+    else:
+        call = channel.stream_stream(path)(iter([payload]))
+    try:
+        async with asyncio.timeout(CALL_TIMEOUT_S):
+            if path.endswith("/Check"):
+                await call
+            else:
+                async for _ in call:
+                    break  # Watch goes on for as long as one listens
+    except grpc.aio.AioRpcError as error:
+        check_status(error, path)
+    finally:
+        call.cancel()
 
 
 @fuzz(20)
