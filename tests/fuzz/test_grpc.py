@@ -77,7 +77,7 @@ async def generated_request(service: FuzzService, name: str, data: st.DataObject
     check_stream(method, outcome, getattr(request, "after_seq", 0))
 
 
-@fuzz(150)
+@fuzz(120)
 @given(data=st.data())
 async def test_generated_queries(service: FuzzService, data: st.DataObject) -> None:
     await generated_request(service, "Query", data)

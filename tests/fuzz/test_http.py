@@ -30,7 +30,7 @@ SERVICE_SETTINGS = {"http_max_body_bytes": 64 * 1024, "http_cors_origins": ["htt
 
 
 @pytest.mark.parametrize("route", [*ROUTES, None], ids=[*(r.template for r in ROUTES), "other"])
-@fuzz(50)
+@fuzz(40)
 @given(data=st.data())
 async def test_every_route(service: FuzzService, route: Route | None, data: st.DataObject) -> None:
     request = data.draw(requests(service, route), label="request")

@@ -124,7 +124,7 @@ async def perform(service: FuzzService, op: Op, runs: list[Stream]) -> list[Stre
     return []
 
 
-@fuzz(60)
+@fuzz(50)
 @given(data=st.data())
 async def test_requests_aimed_at_live_runs(service: FuzzService, data: st.DataObject) -> None:
     starts = data.draw(
