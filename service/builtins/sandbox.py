@@ -533,6 +533,7 @@ class _Execution:
         finally:
             for task in (finished, overflow):
                 task.cancel()
+                task.add_done_callback(_retrieved)  # a cancelled gather ends "failed"
         if not self.killed and self._setup_failed():
             text = err.decode(errors="replace").strip()
             raise SandboxUnavailable(f"the sandbox could not start: {text}")
@@ -646,6 +647,12 @@ class _Execution:
         finally:
             loop.remove_reader(self.init_pidfd)
         return True
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark the outcome of `future` as seen, so that asyncio does not log it as lost."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _read_once(fd: int) -> bytes:

@@ -29,6 +29,7 @@ from service.core.directory import (
     first_wins,
 )
 from service.core.errors import AgentNotFound
+from service.core.ids import shorten
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,9 @@ class AgentRegistry(DirectoryRegistry[AgentDefinition]):
             return agent
         available = ", ".join(sorted(agents)) or "none"
         error = self._errors.get(f"{key}.json")
+        shown = shorten(key)
         if error is not None:
-            message = f"agent {key!r} is not loaded, its file is invalid ({error})"
+            message = f"agent {shown!r} is not loaded, its file is invalid ({error})"
         else:
-            message = f"unknown agent {key!r}"
-        raise AgentNotFound(f"{message}; available agents: {available}", agent_key=key)
+            message = f"unknown agent {shown!r}"
+        raise AgentNotFound(f"{message}; available agents: {available}", agent_key=shown)

@@ -26,6 +26,7 @@ from service.core import events
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.errors import InvalidRequest, PayloadTooLarge
 from service.core.eventlog import Emitter
+from service.core.ids import shorten
 from service.core.instruments import submit_wait
 
 WaitState = Literal["waiting", "answered", "expired", "closed"]
@@ -113,7 +114,7 @@ class Waits:
             waiting = ", ".join(self.waiting(command.run_id)) or "none"
             return SubmitResult(
                 "UNKNOWN_TOOL",
-                f"run {command.run_id} has no tool {tool_id!r} (waiting: {waiting})",
+                f"run {command.run_id} has no tool {shorten(tool_id)!r} (waiting: {waiting})",
             )
         if wait.state == "answered":
             return SubmitResult("ALREADY_ANSWERED", f"tool {tool_id!r} was already answered")

@@ -29,6 +29,7 @@ import grpc
 import orjson
 from agw.v1 import gateway_pb2
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
@@ -42,6 +43,8 @@ from service.gateway.status import failure, rpc_failure, shown, success
 from service.gateway.transcode import BadRequest, decode_request
 
 log = logging.getLogger("agw.http")
+#: aiohttp's own log of each connection's failures (`_quiet_client_faults` below).
+protocol_log = logging.getLogger("agw.http.protocol")
 
 STATIC_DIR = Path(__file__).parent / "static"
 AGENT_GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["AgentGateway"]
@@ -122,7 +125,11 @@ class HttpGateway:
         host, _, port = address.rpartition(":")
         self.hosts.bind(address)
         self._runner = web.AppRunner(
-            self.application(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+            self.application(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=5.0,
+            logger=protocol_log,
         )
         await self._runner.setup()
         site = web.TCPSite(
@@ -300,6 +307,25 @@ async def _envelopes(request: web.Request, handler: Handler) -> web.StreamRespon
             raise
         log.exception("HTTP %s %s failed", request.method, request.path)
         return _json(failure(grpc.StatusCode.INTERNAL, "internal error"), 500)
+
+
+def _quiet_client_faults(record: logging.LogRecord) -> bool:
+    """A request aiohttp could not parse is the client's fault: one INFO line, no traceback.
+
+    aiohttp logs it at ERROR with its traceback, so that any client could fill the logs
+    (and trip alerts) at will; a failure of ours still logs as aiohttp logs it.
+    """
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
+        first_line = (error.message or type(error).__name__).strip().split("\n", 1)[0]
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg = "HTTP request refused before routing (%d): %s"
+        record.args = (error.code, shown(first_line, 160))
+        record.exc_info = record.exc_text = None
+    return True
+
+
+protocol_log.addFilter(_quiet_client_faults)
 
 
 async def _index(request: web.Request) -> web.StreamResponse:

@@ -19,8 +19,9 @@ from service.core import errors as e
 
 DOMAIN = "agw.v1"
 
-# A status travels in HTTP/2 trailers (16 KiB by default, for all of them): messages and
-# metadata that echo input are cut so that a refusal always fits.
+# A status travels in HTTP/2 trailers (16 KiB by default, for all of them; past 8 KiB a
+# client refuses some at random): messages and metadata that echo input are cut to these
+# many UTF-8 bytes, so that a refusal always fits, even percent-encoded (3 bytes a byte).
 MAX_MESSAGE = 1024
 MAX_METADATA_VALUE = 256
 
@@ -43,7 +44,11 @@ def status_code_of(error: e.AgwError) -> grpc.StatusCode:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
+    """`text` within `limit` UTF-8 bytes (then "…"), never splitting a character."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore") + "…"
 
 
 def status_details(error: e.AgwError, code: grpc.StatusCode) -> bytes:

@@ -12,13 +12,15 @@
   code, the duration and, for streams, the number of events sent. Nothing the
   caller sent (messages, credentials) is in it.
 
-Health and reflection calls pass through untouched.
+Health and reflection calls are not authenticated; their requests are decoded
+safely too (`_decoded_safely`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -141,8 +143,10 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler: Any = await continuation(details)
         method: str = details.method
-        if handler is None or not method.startswith(SERVICE_PREFIX):
-            return handler  # type: ignore[no-any-return]
+        if handler is None:
+            return None
+        if not method.startswith(SERVICE_PREFIX):
+            return _decoded_safely(handler, method)
         name = method.removeprefix(SERVICE_PREFIX)
         # The handlers are `grpc.RpcMethodHandler` named tuples: swap two of their fields.
         if handler.unary_unary is not None:
@@ -196,3 +200,50 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
             return None
         _principal.set(who)
         return await behavior(request, context)
+
+
+_KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+
+def _decoded_safely(handler: Any, name: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` (of health or reflection) ending undecodable requests INVALID_ARGUMENT.
+
+    Left to gRPC, a request whose bytes are not the method's message ends UNKNOWN
+    with an ERROR and its traceback in the log, for anyone who can reach the port.
+    """
+    kind = next(k for k in _KINDS if getattr(handler, k) is not None)
+    behavior = getattr(handler, kind)
+    streamed = kind.startswith("stream")
+
+    async def vetted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, Undecodable):
+            log.warning("%s: undecodable request (%s)", name, request.error[:200])
+            await abort(context, InvalidRequest(f"the request is not a valid {name} request"))
+        return request
+
+    async def each_vetted(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async for request in requests:
+            yield await vetted(request, context)
+
+    async def inputs(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        return each_vetted(request, context) if streamed else await vetted(request, context)
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def generated(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            async for response in behavior(await inputs(request, context), context):
+                yield response
+
+        wrapped: Any = generated
+    elif inspect.iscoroutinefunction(behavior):
+
+        async def awaited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            return await behavior(await inputs(request, context), context)
+
+        wrapped = awaited
+    else:
+        return handler  # type: ignore[no-any-return]
+    decoded: grpc.RpcMethodHandler[Any, Any] = handler._replace(
+        **{kind: wrapped}, request_deserializer=_safe(handler.request_deserializer)
+    )
+    return decoded

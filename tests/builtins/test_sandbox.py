@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 import uuid
@@ -403,6 +404,28 @@ async def test_cancellation_kills_the_command_and_its_cgroup(policy: SandboxPoli
         # As root the pids limit can only come from a cgroup: it must have existed, and be gone.
         assert groups
     assert not any(map(Path.exists, groups))
+
+
+async def test_cancellation_leaves_no_unretrieved_failure(policy: SandboxPolicy) -> None:
+    """The output readers of a cancelled command end as retrieved, not as an asyncio error
+    log line ("_GatheringFuture exception was never retrieved") for every cancelled call."""
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
+    try:
+        tag = marker()
+        task = asyncio.create_task(run_sandboxed(f"exec -a {tag} sleep 1000", policy))
+        await wait_for_process(tag)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        del task
+        await asyncio.sleep(0)
+        gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert reported == []
 
 
 # --- when no sandbox can be built -------------------------------------------------------

@@ -108,6 +108,17 @@ def test_get_lists_available_keys_and_explains_broken_files(tmp_path: Path) -> N
         AgentRegistry(tmp_path / "missing").get("a")
 
 
+def test_an_unknown_key_is_echoed_cut_short(tmp_path: Path) -> None:
+    write(tmp_path, "a.json", agent())
+    registry = AgentRegistry(tmp_path)
+    registry.load_all()
+    with pytest.raises(AgentNotFound) as caught:
+        registry.get("🙂" * 3000)
+    shown = "🙂" * 64 + "…"
+    assert caught.value.message == f"unknown agent {shown!r}; available agents: a"
+    assert caught.value.metadata == {"agent_key": shown}
+
+
 def test_load_all_applies_file_rules_to_edits_and_deletes(tmp_path: Path) -> None:
     changes: list[RegistryChange] = []
     registry = AgentRegistry(tmp_path, on_change=changes.append)

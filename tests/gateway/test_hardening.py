@@ -7,6 +7,7 @@ start.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -324,6 +325,35 @@ async def test_error_messages_echo_at_most_a_short_cut(
     assert len(message) <= 200
     assert "…" in message
     assert all(len(record.getMessage()) <= 300 for record in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /api/agents HTTP/1.1\r\nHost: localhost\r\nGrpc-Metadata-A B: x\r\n\r\n",
+        b"GET /api/agents?q=" + b"x" * 9000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"GET /api/agents HTTP/9.9\r\n\r\n",
+        b"POST /api/cancel HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+    ],
+    ids=["header-name", "long-line", "version", "length"],
+)
+async def test_a_malformed_http_request_is_one_log_line(
+    head: bytes, adapter: Adapter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp logs a request it cannot parse at ERROR with a traceback: any client could
+    fill the logs and trip alerts at will. It is the client's fault: one INFO line."""
+    with caplog.at_level(logging.DEBUG):
+        reader, writer = await asyncio.open_connection("127.0.0.1", adapter.gateway.port)
+        writer.write(head)
+        answer = await reader.read()
+        writer.close()
+    assert answer.startswith((b"HTTP/1.0 400 ", b"HTTP/1.1 400 "))
+    records = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [(r.name, r.levelname, r.exc_info) for r in records] == [
+        ("agw.http.protocol", "INFO", None)
+    ]
+    message = records[0].getMessage()
+    assert message.startswith("HTTP request refused before routing (400): ") and len(message) < 300
 
 
 async def test_an_undecodable_body_is_one_log_line(

@@ -163,6 +163,25 @@ async def test_huge_ids_are_not_echoed_into_statuses(small: Harness) -> None:
         assert all(len(v) <= 300 for v in error_info(error).metadata.values())
 
 
+@pytest.mark.parametrize("piece", ["🙂", "é", "\x07"])
+async def test_non_ascii_ids_are_echoed_cut_short(small: Harness, piece: str) -> None:
+    """Percent-encoded on the wire, 1,024 emoji in a status took 12 KiB of trailers, past
+    what a client accepts: the call failed RESOURCE_EXHAUSTED instead of NOT_FOUND."""
+    key = piece * 3000
+    shown = piece * 64 + "…"
+    for call in [
+        lambda: small.stub.GetAgent(gw.GetAgentRequest(agent_key=key)),
+        lambda: drain(small.stub.Query(gw.QueryRequest(agent_key=key, message="x"))),
+    ]:
+        for _ in range(5):  # past 8 KiB of trailers, gRPC refuses some statuses at random
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call()
+            error = caught.value
+            assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()[:200]
+            assert error.details() == f"unknown agent {shown!r}; available agents: plain"
+            assert error_info(error).metadata == {"agent_key": shown}
+
+
 async def test_chat_ids_with_a_trailing_newline_are_refused(small: Harness) -> None:
     error = await status_of(
         small.stub.Query(gw.QueryRequest(agent_key="plain", message="x", chat_id="abc\n"))

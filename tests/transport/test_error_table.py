@@ -47,6 +47,7 @@ from service.providers.loopback import DONE, Gate, LoopbackProvider, content, fi
 from service.testing import Harness, oneshot_agent, write_agent
 from service.transport.errors import GRPC_CODE
 from service.transport.servicer import unary
+from tests.transport.test_query import error_info
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "clients" / "node"
@@ -349,3 +350,35 @@ def test_the_node_types_list_every_reason() -> None:
     union = re.search(r"export type ErrorReason =(.*?);", types, re.S)
     assert union is not None
     assert re.findall(r"'([A-Z_]+)'", union.group(1)) == DECLARED
+
+
+class EchoingServicer(gateway_pb2_grpc.AgentGatewayServicer):
+    """GetAgent refuses `agentKey`, echoing it whole in the message and the metadata."""
+
+    @unary
+    async def GetAgent(self, request: gw.GetAgentRequest, context: Any) -> gw.GetAgentResponse:
+        raise e.InvalidRequest(request.agent_key, agent_key=request.agent_key)
+
+
+@pytest.mark.parametrize("piece", ["🙂", "é", "x"])
+async def test_statuses_are_cut_by_their_utf8_bytes(piece: str) -> None:
+    """Cut by characters, 1,024 emoji took 12 KiB of trailers once percent-encoded: the
+    client refused the status (RESOURCE_EXHAUSTED) instead of reporting it."""
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(EchoingServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+            for _ in range(5):  # past 8 KiB of trailers, gRPC refuses some statuses at random
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.GetAgent(gw.GetAgentRequest(agent_key=piece * 3000))
+                error = caught.value
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()[:200]
+                size = len(piece.encode())
+                assert error.details() == piece * (1024 // size) + "…"
+                (key, value), *_ = error_info(error).metadata.items()
+                assert (key, value) == ("agent_key", piece * (256 // size) + "…")
+    finally:
+        await server.stop(None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -40,6 +41,44 @@ async def test_reflection_lists_the_services(gateway: Harness) -> None:
     names = {s.name for s in replies[0].list_services_response.service}
     assert {"agw.v1.AgentGateway", "grpc.health.v1.Health"} <= names
     assert replies[1].file_descriptor_response.file_descriptor_proto
+
+
+GARBAGE = b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"  # a length past the end
+
+
+async def test_undecodable_health_and_reflection_calls_are_invalid_arguments(
+    gateway: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """They were UNKNOWN, each with an ERROR and its traceback: anyone who can reach the
+    port (health checks need no credentials) could fill the logs at will."""
+    channel = gateway.channel
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(grpc.aio.AioRpcError) as check:
+            await channel.unary_unary("/grpc.health.v1.Health/Check")(GARBAGE)
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch")(GARBAGE)
+        with pytest.raises(grpc.aio.AioRpcError) as watched:
+            async for _ in watch:
+                pass
+        info = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        )(iter([GARBAGE]))
+        with pytest.raises(grpc.aio.AioRpcError) as reflected:
+            async for _ in info:
+                pass
+    for error, name in [
+        (check.value, "/grpc.health.v1.Health/Check"),
+        (watched.value, "/grpc.health.v1.Health/Watch"),
+        (reflected.value, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"),
+    ]:
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert error.details() == f"the request is not a valid {name} request"
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.levelname, r.exc_info) for r in records] == [
+        ("agw.grpc", "WARNING", None)
+    ] * 3
+    # and they still answer what they should
+    await test_health_reports_serving(gateway)
+    await test_reflection_lists_the_services(gateway)
 
 
 async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess.Process, int]:

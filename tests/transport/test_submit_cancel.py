@@ -138,6 +138,25 @@ async def test_submit_answers_precisely(tmp_path: Path, provider: LoopbackProvid
     assert no_run.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_an_unknown_tool_id_is_echoed_cut_short(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    """The answer to a submit for an unknown tool echoed its whole id: 6,000 characters in,
+    6,000 out."""
+    provider.enqueue(answer_turn("Hi"))
+    async with tool_gateway(tmp_path, provider, AGENTS) as gateway:
+        events = await gateway.query("plain", "hi")
+        run_id = events[0].run_id
+        unknown_tool = await submit(gateway, run_id, "t" * 6000, 1)
+        expired = await submit(gateway, run_id + "x" * 6000, "t" * 6000, 1)
+    shown = "t" * 64 + "…"
+    assert (unknown_tool.outcome, unknown_tool.detail) == (
+        gw.SUBMIT_OUTCOME_UNKNOWN_TOOL,
+        f"run {run_id} has no tool {shown!r} (waiting: none)",
+    )
+    assert expired.outcome == gw.SUBMIT_OUTCOME_UNKNOWN_RUN and len(expired.detail) < 100
+
+
 async def test_an_action_is_answered_ok_at_once(tmp_path: Path, provider: LoopbackProvider) -> None:
     provider.enqueue(call_turn(("call_a", "theme", '{"theme":"dark"}')), answer_turn("Dark now"))
     async with tool_gateway(tmp_path, provider, AGENTS) as gateway:
