@@ -54,6 +54,28 @@ class DirectoryChange:
     failed: tuple[str, ...] = ()
     cleared: tuple[str, ...] = ()
 
+    @staticmethod
+    def between(
+        version: int,
+        old_items: Mapping[str, object],
+        items: Mapping[str, object],
+        old_errors: Mapping[str, str],
+        errors: Mapping[str, str],
+    ) -> DirectoryChange | None:
+        """What changed from the old items and errors to the new ones; None: nothing."""
+        change = DirectoryChange(
+            version,
+            added=tuple(sorted(items.keys() - old_items.keys())),
+            updated=tuple(
+                sorted(k for k in items.keys() & old_items.keys() if items[k] != old_items[k])
+            ),
+            removed=tuple(sorted(old_items.keys() - items.keys())),
+            failed=tuple(sorted(f for f in errors if errors[f] != old_errors.get(f))),
+            cleared=tuple(sorted(old_errors.keys() - errors.keys())),
+        )
+        changed = change.added or change.updated or change.removed
+        return change if changed or change.failed or change.cleared else None
+
 
 @dataclass(slots=True)
 class Combined(Generic[T]):
@@ -204,25 +226,19 @@ class DirectoryRegistry(Generic[T]):
         return self._swap(combined.items, errors)
 
     def _swap(self, items: dict[str, T], errors: dict[str, str]) -> DirectoryChange | None:
-        old_items, old_errors = self._items, self._errors
-        added = tuple(sorted(items.keys() - old_items.keys()))
-        removed = tuple(sorted(old_items.keys() - items.keys()))
-        updated = tuple(
-            sorted(k for k in items.keys() & old_items.keys() if items[k] != old_items[k])
+        change = DirectoryChange.between(
+            self._version + 1, self._items, items, self._errors, errors
         )
-        failed = tuple(sorted(f for f in errors if errors[f] != old_errors.get(f)))
-        cleared = tuple(sorted(old_errors.keys() - errors.keys()))
-        for file_name in failed:
+        if change is None:
+            return None
+        for file_name in change.failed:
             if file_name not in self._file_errors:  # read errors were logged when read
                 self.log.warning("%s file %s: %s", self.loader.noun, file_name, errors[file_name])
-        if not (added or updated or removed or failed or cleared):
-            return None
         self._items, self._errors = items, errors
         self._version += 1
-        change = DirectoryChange(self._version, added, updated, removed, failed, cleared)
         self._changed.set()
         self._changed = asyncio.Event()
-        if added or updated or removed:
+        if change.added or change.updated or change.removed:
             self.log.info("%ss reloaded (version %d): %s", self.loader.noun, self._version, change)
         if self.on_change is not None:
             try:

@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from service.core import events
 from service.core.commands import SubmitCommand, SubmitResult
@@ -28,6 +28,10 @@ from service.core.errors import InvalidRequest, PayloadTooLarge
 from service.core.eventlog import Emitter
 from service.core.ids import shorten
 from service.core.instruments import submit_wait
+
+if TYPE_CHECKING:
+    from service.core.ports import RunRef
+    from service.core.runstate import RunState
 
 WaitState = Literal["waiting", "answered", "expired", "closed"]
 
@@ -102,6 +106,15 @@ class Waits:
                 f"payload of {size} bytes exceeds the limit of {self.payload_limit_bytes} bytes",
                 limit=str(self.payload_limit_bytes),
             )
+
+    def deliver(self, command: SubmitCommand, run: RunRef | RunState | None) -> SubmitResult:
+        """Deliver `command` to `run` (None: unknown here); a run of another chat than the
+        command names, or of another principal than its sender, is an unknown run."""
+        if run is not None and command.chat_id and command.chat_id != run.chat_id:
+            run = None
+        if run is not None and run.owner != command.principal:
+            run = None
+        return self.submit(command, run_known=run is not None)
 
     def submit(self, command: SubmitCommand, *, run_known: bool) -> SubmitResult:
         """Deliver the payload of `command` to its waiting tool (`run_known`: the run exists)."""

@@ -96,12 +96,7 @@ class LocalRunBus:
         return run.cancel(reason) if run is not None else None
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
-        run = self._runs.get(command.run_id) if command.run_id else None
-        if run is not None and command.chat_id and command.chat_id != run.chat_id:
-            run = None  # not a run of that chat
-        if run is not None and run.owner != command.principal:
-            run = None  # not a run of this caller's
-        return self.waits.submit(command, run_known=run is not None)
+        return self.waits.deliver(command, self._runs.get(command.run_id))
 
     async def wait(
         self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None

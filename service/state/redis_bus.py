@@ -431,12 +431,7 @@ class RedisRunBus:
         return {"outcome": result.outcome, "detail": result.detail}
 
     def _submit_here(self, command: SubmitCommand) -> SubmitResult:
-        run = self._here(command.run_id) if command.run_id else None
-        if run is not None and command.chat_id and command.chat_id != run.chat_id:
-            run = None  # not a run of that chat
-        if run is not None and run.owner != command.principal:
-            run = None  # not a run of this caller's
-        return self.waits.submit(command, run_known=run is not None)
+        return self.waits.deliver(command, self._here(command.run_id) if command.run_id else None)
 
     async def wait(
         self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None

@@ -404,22 +404,16 @@ class ToolRegistry:
         errors: dict[str, str],
         problems: Mapping[str, Sequence[str]],
     ) -> ToolsChange | None:
-        old_tools, old_errors = self._tools, self._errors
-        added = tuple(sorted(tools.keys() - old_tools.keys()))
-        removed = tuple(sorted(old_tools.keys() - tools.keys()))
-        updated = tuple(
-            sorted(n for n in tools.keys() & old_tools.keys() if tools[n] != old_tools[n])
+        change = DirectoryChange.between(
+            self._version + 1, self._tools, tools, self._errors, errors
         )
-        failed = tuple(sorted(f for f in errors if errors[f] != old_errors.get(f)))
-        cleared = tuple(sorted(old_errors.keys() - errors.keys()))
-        for origin in failed:
+        if change is None:
+            return None
+        for origin in change.failed:
             if origin in problems:  # a source logs its own errors
                 log.warning("tools of %s not loaded: %s", origin, "; ".join(problems[origin]))
-        if not (added or updated or removed or failed or cleared):
-            return None
         self._tools, self._errors = tools, errors
         self._version += 1
-        change = ToolsChange(self._version, added, updated, removed, failed, cleared)
         self._last = change
         self._changed.set()
         self._changed = asyncio.Event()
