@@ -271,7 +271,7 @@ def transcript(messages: list[Message]) -> str:
     lines: list[str] = []
     for message in messages:
         role = message.get("role")
-        content = message.get("content")
+        content = message.get("content") or ""
         text = content if isinstance(content, str) else json.dumps(content, default=str)
         if role == "tool":
             lines.append(f"tool result: {_clip(text or '')}")

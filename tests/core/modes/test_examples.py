@@ -38,6 +38,8 @@ EXPECTED = {
     "demo_researcher": {"tool.result", "content.start"},
     "demo_skills": {"tool.result", "content.start"},
     "demo_question": {"question.ask", "request.submit", "question.answer", "tool.result"},
+    "demo_context": {"context.compress", "tool.result"},
+    "demo_loop": {"loop.detect", "question.ask", "request.submit", "question.answer"},
 }
 
 
