@@ -574,6 +574,7 @@ def test_schema_describes_the_file_by_alias() -> None:
         "temperature",
         "top_p",
         "max_tokens",
+        "contextLength",
         "extraBody",
     } == set(model)
     assert set(schema["$defs"]["Budget"]["properties"]) == {
