@@ -74,6 +74,8 @@ PLAN_ADD_TASKS_TOOL = "_plan_add_tasks_"
 PLAN_UPDATE_TASK_TOOL = "_plan_update_task_"
 PLAN_DECIDE_TOOL = "_plan_decide_"
 PLAN_VERIFY_TOOL = "_plan_verify_"
+#: The tool of the call that summarises a chat's oldest turns (service/core/context.py).
+CONTEXT_SUMMARY_TOOL = "_context_summary_"
 PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL, PLAN_DECIDE_TOOL, PLAN_VERIFY_TOOL)
 #: The tool that loads a skill's text, offered to the stages of agents with `skills`.
 SKILL_TOOL = "skill"

@@ -38,7 +38,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from service.core import events
-from service.core.agents import ContextConfig, ResolvedStage
+from service.core.agents import CONTEXT_SUMMARY_TOOL, ContextConfig, ResolvedStage
 from service.core.memory import Message, estimate_tokens, flatten, summary_turn
 from service.core.model import ModelRequest, Reasoning
 from service.core.observe import ModelCallObserver
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("agw.context")
 
 DEFAULT_CONTEXT_LENGTH = 32_768
-CONTEXT_SUMMARY_TOOL = "_context_summary_"
 SUMMARY_STAGE = "context"
 
 #: Context windows of well-known models, by model-name prefix (the longest matching wins).

@@ -47,12 +47,12 @@ from typing import Any
 
 from service.builtins.city_datetime import CITY_ZONES
 from service.core.agents import (
+    CONTEXT_SUMMARY_TOOL,
     PLAN_ADD_TASKS_TOOL,
     PLAN_DECIDE_TOOL,
     PLAN_UPDATE_TASK_TOOL,
     PLAN_VERIFY_TOOL,
 )
-from service.core.context import CONTEXT_SUMMARY_TOOL
 
 DEFAULT_CITY = "Shanghai"
 GENERAL_TASKS = ("Work out the answer to the request", "Check the answer and note it")
