@@ -161,6 +161,7 @@ class App:
                 max_message_bytes=settings.max_message_bytes,
                 memory_runs=settings.memory_runs,
                 context_max_tokens=settings.context_max_tokens,
+                context_length=settings.context_length,
                 multitask_strategy=settings.multitask_strategy,
                 unwatched_run_ttl_s=settings.unwatched_run_ttl_s,
                 retention_s=settings.run_retention_s,

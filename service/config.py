@@ -218,6 +218,9 @@ class Settings(BaseSettings):
     redis_reply_timeout_s: float = Field(default=5.0, gt=0)
     memory_runs: int = 20  # the last k runs of a chat are given to the model
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
+    # A model's context length (tokens) when neither its agent (modelConfig.contextLength)
+    # nor the table of known models (service/core/context.py) gives one.
+    context_length: int = Field(32_768, gt=0)
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
     disconnect_policy: Literal["continue", "cancel"] = "continue"
     unwatched_run_ttl_s: float = 120.0  # a run nobody follows is cancelled after this long

@@ -62,7 +62,7 @@ export interface Payloads {
   };
   toolArgs: { toolId: string; delta: string; chunkIndex: number };
   toolEnd: { toolId: string };
-  toolResult: { toolId: string; result: Value | null; error: boolean };
+  toolResult: { toolId: string; result: Value | null; error: boolean; cached: boolean };
   toolSnapshot: {
     toolId: string; toolName: string; toolType: string; toolApi: string;
     toolParams: Struct | null; description: string; arguments: string;
@@ -121,7 +121,7 @@ export interface UploadResponse { reference: Reference; event: Event }
 
 export interface ToolCall {
   toolId: string; name: string; type: string; arguments: string;
-  result: Json; error: boolean; done: boolean;
+  result: Json; error: boolean; cached: boolean; done: boolean;
 }
 /** What `fold` makes of one run's events. */
 export interface RunResult {

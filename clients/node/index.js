@@ -237,7 +237,7 @@ function fold(events) {
   const calls = new Map();
   const call = (id) => {
     if (!calls.has(id)) {
-      const created = { toolId: id, name: '', type: '', arguments: '', result: null, error: false, done: false };
+      const created = { toolId: id, name: '', type: '', arguments: '', result: null, error: false, cached: false, done: false };
       calls.set(id, created);
       result.toolCalls.push(created);
     }
@@ -259,7 +259,7 @@ function fold(events) {
       case 'toolStart': Object.assign(call(p.toolId), { name: p.toolName, type: p.toolType }); break;
       case 'toolArgs': call(p.toolId).arguments += p.delta; break;
       case 'toolSnapshot': Object.assign(call(p.toolId), { name: p.toolName, type: p.toolType, arguments: p.arguments }); break;
-      case 'toolResult': Object.assign(call(p.toolId), { result: fromValue(p.result), error: p.error, done: true }); break;
+      case 'toolResult': Object.assign(call(p.toolId), { result: fromValue(p.result), error: p.error, cached: Boolean(p.cached), done: true }); break;
       case 'planCreate': case 'planUpdate': case 'planRevise': result.plan = p.plan; break;
       case 'runComplete': Object.assign(result, { outcome: 'complete', finishReason: p.finishReason, usage: p.usage }); break;
       case 'runError': Object.assign(result, { outcome: 'error', error: p.error }); break;

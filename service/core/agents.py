@@ -74,6 +74,8 @@ PLAN_ADD_TASKS_TOOL = "_plan_add_tasks_"
 PLAN_UPDATE_TASK_TOOL = "_plan_update_task_"
 PLAN_DECIDE_TOOL = "_plan_decide_"
 PLAN_VERIFY_TOOL = "_plan_verify_"
+#: The tool of the call that summarises a chat's oldest turns (service/core/context.py).
+CONTEXT_SUMMARY_TOOL = "_context_summary_"
 PLANNING_TOOLS = (PLAN_ADD_TASKS_TOOL, PLAN_UPDATE_TASK_TOOL, PLAN_DECIDE_TOOL, PLAN_VERIFY_TOOL)
 #: The tool that loads a skill's text, offered to the stages of agents with `skills`.
 SKILL_TOOL = "skill"
@@ -147,6 +149,15 @@ class ModelConfig(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, gt=0)
+    context_length: int | None = Field(
+        None,
+        alias="contextLength",
+        gt=0,
+        description=(
+            "The model's context window in tokens. Default: the service's table of known "
+            "models (by name), else AGW_CONTEXT_LENGTH."
+        ),
+    )
     extra_body: dict[ProviderKey, dict[str, Any]] | None = Field(
         None,
         alias="extraBody",
@@ -306,6 +317,55 @@ class PlanExecuteConfig(_Strict):
     summary: SummaryStage | None = None
 
 
+class ContextConfig(_Strict):
+    """How the prompt is kept within the model's context window (`modelConfig.contextLength`)."""
+
+    compress_at: float = Field(
+        0.8,
+        alias="compressAt",
+        gt=0,
+        le=1,
+        description=(
+            "Before a model call whose estimated prompt exceeds this share of the context "
+            "length, the oldest turns of the chat's memory are summarised by the model."
+        ),
+    )
+    keep_turns: int = Field(
+        1,
+        alias="keepTurns",
+        ge=0,
+        description="The newest turns of the chat's memory kept word for word when summarising.",
+    )
+    prune_at: float = Field(
+        0.5,
+        alias="pruneAt",
+        gt=0,
+        le=1,
+        description=(
+            "When this run's own messages exceed this share of the context length, its older "
+            "tool outputs are replaced by a short note."
+        ),
+    )
+    keep_tool_outputs: int = Field(
+        2,
+        alias="keepToolOutputs",
+        ge=0,
+        description="The newest tool outputs of the run never pruned.",
+    )
+
+
+class LoopDetectConfig(_Strict):
+    """What happens when the same tool call repeats (see `loop.detect`)."""
+
+    ask: bool = Field(
+        False,
+        description=(
+            "Ask the user (question.ask with stop / continue / skip) instead of refusing "
+            "the repeated call at once."
+        ),
+    )
+
+
 class Budget(_Strict):
     """Limits of one run; exceeding one ends the run."""
 
@@ -333,6 +393,7 @@ class ResolvedModel:
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    context_length: int | None = None
     extra_body: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def body_for(self, provider: str) -> dict[str, Any]:
@@ -431,6 +492,8 @@ class AgentDefinition(_Strict):
         ),
     )
     budget: Budget = Field(default_factory=Budget)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    loop_detect: LoopDetectConfig = Field(default_factory=LoopDetectConfig, alias="loopDetect")
     skills: bool | list[SkillName] = Field(
         False,
         description=(

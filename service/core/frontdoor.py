@@ -52,7 +52,7 @@ from service.core.errors import (
 from service.core.eventlog import EventLog
 from service.core.history import replay
 from service.core.ids import chat_name_of, check_chat_id, shorten, valid_run_id
-from service.core.memory import conversation, estimate_tokens, fit
+from service.core.memory import Turn, estimate_tokens, fit, flatten, remembered
 from service.core.middleware import hooks
 from service.core.modes import MODES
 from service.core.observe import Pricing
@@ -80,7 +80,7 @@ class _Prepared:
     query_event: events.Event
     query_record: dict[str, Any]
     new_chat: bool
-    history: list[dict[str, Any]]
+    memory: list[Turn]
     parts: list[Any]
 
 
@@ -97,6 +97,7 @@ class FrontDoorOptions:
     middlewares: tuple[object, ...] = ()
     pricing: Pricing | None = None
     context_max_tokens: int = 0  # budget of the chat memory given to the model; 0: no limit
+    context_length: int = 32_768  # a model's context length when nothing else says (context.py)
     currency: str = "USD"
     debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
 
@@ -209,10 +210,8 @@ class FrontDoor:
             await previous.closed()
         await self.bus.wait_settled(chat_id)  # also when it ran in another process
         new_chat = await self.chats.summary(chat_id) is None
-        history = (
-            []
-            if new_chat
-            else conversation(await self.chats.read(chat_id), self.options.memory_runs)
+        memory = (
+            [] if new_chat else remembered(await self.chats.read(chat_id), self.options.memory_runs)
         )
         provider = agent.stage(agent.stage_names[0]).model.provider_key or self.models.default_key
         parts = await self._reference_parts(command, provider)
@@ -231,7 +230,7 @@ class FrontDoor:
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
             owner=owner,
         )
-        return _Prepared(run, query_event, query_record, new_chat, history, parts)
+        return _Prepared(run, query_event, query_record, new_chat, memory, parts)
 
     def _launch(
         self, start: _Prepared, command: QueryCommand, agent: AgentDefinition, mode: Mode
@@ -256,9 +255,10 @@ class FrontDoor:
         if start.new_chat:
             out.emit(events.chat_start(chat_name_of(command.message)))
         out.emit(events.run_start(agent.key))
-        history = start.history
+        memory = start.memory
         if options.context_max_tokens:
-            history = self._fit_context(run.log, history)
+            memory = self._fit_context(run.log, memory)
+        history = flatten(memory)
         model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
         if start.parts:
             model_user["content"] = [{"type": "text", "text": command.message}, *start.parts]
@@ -275,6 +275,8 @@ class FrontDoor:
             tools=self.tools,
             subagents=self.subagents,
             skills=self.skills,
+            memory=memory,
+            context_length=options.context_length,
         )
         run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
@@ -289,9 +291,17 @@ class FrontDoor:
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
 
-    def _fit_context(self, log: EventLog, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _fit_context(self, log: EventLog, memory: list[Turn]) -> list[Turn]:
         """Drop the oldest turns of the chat's memory that exceed the context budget."""
+        history = flatten(memory)
         fitted = fit(history, self.options.context_max_tokens)
+        dropped = len(history) - len(fitted)
+        kept = memory
+        while kept and dropped > 0:  # whole turns: `fit` cuts where a user message begins
+            first, kept = kept[0], kept[1:]
+            dropped -= len(first.messages)
+            if dropped < 0:  # a turn cut in its middle: its rest stays
+                kept = [Turn(first.run_id, first.messages[dropped:], first.through), *kept]
         if len(fitted) < len(history):
             log.emit(
                 events.context_compress(
@@ -302,7 +312,7 @@ class FrontDoor:
                     estimate_tokens(fitted),
                 )
             )
-        return fitted
+        return kept
 
     def _check_accepting(self) -> None:
         if self.draining:

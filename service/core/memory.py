@@ -7,15 +7,46 @@ back. Assistant messages of one model response (sharing `_msgId`) are merged
 back into one message; a tool call that never got a result (a cancelled run)
 is dropped together with nothing else, so the order stays valid; extension
 fields (`_msgId`, `ts`, ...) are removed.
+
+A run may have summarised the oldest turns of its memory (service/core/context.py):
+its step record then carries `summary` — the text, and `through`, the newest run
+it covers. Every run of the chat up to `through` is then given to the model as
+that one summary message instead of its own messages; the window of `k` runs
+counts the runs after it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.ports import Record
 
 Message = dict[str, Any]
+
+SUMMARY_HEADING = "[Summary of the earlier conversation]"
+
+
+@dataclass(slots=True)
+class Turn:
+    """The messages one run of the chat left in memory; a summary is a turn of its own."""
+
+    run_id: str  # "" for a summary
+    messages: list[Message] = field(default_factory=list)
+    through: str = ""  # a summary: the newest run it covers
+
+
+def summary_message(text: str) -> Message:
+    """The message a summary of earlier turns is given to the model as."""
+    return {"role": "user", "content": f"{SUMMARY_HEADING}\n{text}"}
+
+
+def summary_turn(text: str, through: str) -> Turn:
+    return Turn("", [summary_message(text)], through)
+
+
+def flatten(turns: list[Turn]) -> list[Message]:
+    return [message for turn in turns for message in turn.messages]
 
 
 def last_runs(records: list[Record], k: int) -> list[Record]:
@@ -40,12 +71,42 @@ def _content(parts: Any) -> Any:
 
 def conversation(records: list[Record], k: int) -> list[Message]:
     """The messages of the last `k` runs, ready to follow the system prompt."""
-    out: list[Message] = []
+    return flatten(remembered(records, k))
+
+
+def remembered(records: list[Record], k: int) -> list[Turn]:
+    """The chat's memory by turn: the latest summary, if any, then the last `k` runs after it."""
+    summary = _latest_summary(records)
+    if summary is not None:
+        runs = [r.get("runId") for r in records]
+        through = summary["through"]
+        if through in runs:
+            last = len(runs) - 1 - runs[::-1].index(through)
+            records = records[last + 1 :]
+    turns: list[Turn] = []
     for record in last_runs(records, k):
         if record.get("_type") != "step":
             continue
-        out.extend(_step_messages(record.get("messages") or []))
-    return out
+        run_id = str(record.get("runId", ""))
+        if not turns or turns[-1].run_id != run_id:
+            turns.append(Turn(run_id))
+        turns[-1].messages.extend(_step_messages(record.get("messages") or []))
+    turns = [turn for turn in turns if turn.messages]
+    if summary is not None:
+        turns.insert(0, summary_turn(summary["text"], summary["through"]))
+    return turns
+
+
+def _latest_summary(records: list[Record]) -> dict[str, str] | None:
+    for record in reversed(records):
+        summary = record.get("summary")
+        if (
+            isinstance(summary, dict)
+            and isinstance(summary.get("text"), str)
+            and isinstance(summary.get("through"), str)
+        ):
+            return {"text": summary["text"], "through": summary["through"]}
+    return None
 
 
 def _step_messages(messages: list[Record]) -> list[Message]:

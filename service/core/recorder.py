@@ -7,7 +7,9 @@ A step is the turn's messages (the user message on the run's first step,
 reasoning, content, one assistant message per tool call sharing `_msgId`) and
 the results of its tool calls. A step is complete once every call has its
 result; complete steps are written one behind, so that the run's last step
-can carry the run's terminal event (`_end`). Events that messages cannot
+can carry the run's terminal event (`_end`). A summary of the chat's oldest
+turns made by the run (service/core/context.py) goes into the next step written
+(`summary`: its text and the newest run it covers). Events that messages cannot
 express (plans, tasks, sources, submits) are kept in the step's `_events`,
 each with its position among the message-derived events, so that history
 replays exactly as it streamed (see `history.replay`).
@@ -295,6 +297,8 @@ class ChatRecorder:
             message["_json"] = True
         if field_name == "tool_result" and event.tool_result.error:
             message["_error"] = True
+        if field_name == "tool_result" and event.tool_result.cached:
+            message["_cached"] = True
         step.record["messages"].append(message)
         step.waiting.discard(tool_id)
         if not step.waiting:
@@ -344,6 +348,9 @@ class ChatRecorder:
             step.record["_events"] = kept
         if self._plan is not None and self._plan != self._written_plan:
             step.record["plan"] = self._written_plan = self._plan  # the plan as of this step
+        if self.run.context_summary is not None:  # the chat's later runs start from it
+            step.record["summary"] = self.run.context_summary
+            self.run.context_summary = None
         self._send([step.record])
 
     def _finish(self, terminal: Event) -> None:

@@ -8,7 +8,8 @@ the skills (service/core/skills.py). A subagent runs as a nested run: a
 context of its own (`lineage` names the agents calling it) on the same run.
 
 The runner owns the run's lifecycle. Whatever the mode does, the run ends with
-exactly one terminal event: `run.complete` when the mode returns, `run.error`
+exactly one terminal event: `run.complete` when the mode returns (or raises
+`RunStopped`: the user ended the run, e.g. at a doom loop), `run.error`
 for a failure (with the failure's stable reason), `run.cancel` when the run's
 task is cancelled — and `CancelledError` is re-raised, never swallowed.
 """
@@ -29,6 +30,7 @@ from service.core.agents import SKILL_TOOL, AgentDefinition, ResolvedStage
 from service.core.commands import QueryCommand
 from service.core.errors import AgwError, BudgetExhausted, InvalidRequest
 from service.core.eventlog import Emitter
+from service.core.memory import Turn
 from service.core.model import ModelClient, ModelRequest, Usage
 from service.core.policies import RunPolicies
 from service.core.ports import RunBus
@@ -53,6 +55,14 @@ class ModelRouter(Protocol):
     def get(self, key: str) -> ModelClient: ...
 
     def default_model(self, key: str) -> str: ...
+
+
+class RunStopped(Exception):
+    """The user ended the run early; it completes with `finish_reason`."""
+
+    def __init__(self, finish_reason: str) -> None:
+        super().__init__(finish_reason)
+        self.finish_reason = finish_reason
 
 
 @dataclass(slots=True)
@@ -80,6 +90,11 @@ class RunContext:
     subagents: Subagents | None = None  # runs the agents a stage offers as tools
     skills: SkillRegistry | None = None  # the skills agents with `skills` are offered
     lineage: tuple[str, ...] = ()  # the agents whose subagent this run is, outermost first
+    # The chat's memory by turn: the very messages of `history`'s start, which the context
+    # window may summarise or trim (service/core/context.py); and the service's default
+    # context length, for models the agent and the known-models table say nothing of.
+    memory: list[Turn] = field(default_factory=list)
+    context_length: int = 32_768
     policies: RunPolicies = field(init=False)  # budgets, tool policy, output, verify
     executor: ToolExecutor = field(init=False)  # runs the tool calls
 
@@ -93,6 +108,7 @@ class RunContext:
             self.agent.permission,
             agent_key=self.agent.key,
         )
+        self.executor.ask_on_loop = self.agent.loop_detect.ask
 
     def for_task(self, task_id: str) -> RunContext:
         """This context for plan task `task_id`: its events carry the task's id.
@@ -208,6 +224,9 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
     except asyncio.CancelledError:
         run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
         raise
+    except RunStopped as stopped:
+        finish_reason = stopped.finish_reason
+        run.log.finish(events.run_complete(finish_reason, events.usage(run.accounting.usage)))
     except AgwError as error:
         log.warning("run %s failed: %s", run.run_id, error.message)
         run.log.finish(events.run_error(error.reason, error.message, error.metadata))

@@ -63,6 +63,9 @@ class RunState:
         # run is cancelled here and nothing more of it is written (chat records, run log).
         self.fenced = False
         self.started_at = time.monotonic()
+        # A summary of the chat's oldest turns made in this run (service/core/context.py),
+        # {"text", "through"}: written into the run's next chat record, then cleared.
+        self.context_summary: dict[str, str] | None = None
         self._turn_observers: list[TurnObserver] = []
         log.subject = self
 

@@ -187,6 +187,7 @@ class Subagents:
             subagents=self,
             skills=ctx.skills,
             lineage=(*ctx.lineage, ctx.agent.key),
+            context_length=ctx.context_length,
         )
         nested.policies.budgets = NestedBudgets(agent.budget, ctx.policies.budgets)
         return nested

@@ -31,6 +31,10 @@ the wording of the prompts it is sent:
 
 Without a script the demo calls each offered tool once, in order, then sums up the
 results; a plan has two general tasks, each calling the first tool offered.
+
+Asked to summarise earlier turns (the `_context_summary_` tool is offered, see
+service/core/context.py), the demo lists what the user said in them, from the
+transcript's `user:` lines.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 
 from service.builtins.city_datetime import CITY_ZONES
 from service.core.agents import (
+    CONTEXT_SUMMARY_TOOL,
     PLAN_ADD_TASKS_TOOL,
     PLAN_DECIDE_TOOL,
     PLAN_UPDATE_TASK_TOOL,
@@ -214,6 +219,8 @@ def _choose(
 ) -> Call | None:
     """The call to make, or None to answer instead; `earlier`: the tools called so far."""
     forced = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if CONTEXT_SUMMARY_TOOL in tools:
+        return Call(CONTEXT_SUMMARY_TOOL, {"summary": _summary(request)})
     if forced == PLAN_UPDATE_TASK_TOOL:
         return Call(forced, _report(since))
     if forced in tools:
@@ -250,6 +257,15 @@ def _call(tools: dict[str, Message], use: ToolUse, request: str, since: list[Mes
     if isinstance(filled, dict):
         return Call(use.tool, {**filled, **use.arguments})
     return Call(use.tool, use.arguments or filled)
+
+
+def _summary(transcript: str) -> str:
+    """The demo's summary of a transcript of earlier turns: what the user said in them."""
+    lines = transcript.split("\n")
+    said = [line.removeprefix("user:").strip() for line in lines if line.startswith("user:")]
+    if not said:
+        return "Nothing of note was said earlier."
+    return "Earlier, the user said: " + "; ".join(f"“{text[:80]}”" for text in said) + "."
 
 
 def _descriptions(script: Script, planning_round: int = 0) -> list[str]:

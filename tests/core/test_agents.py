@@ -509,8 +509,10 @@ def test_shipped_examples_all_load() -> None:
     agents = {agent.key: agent for agent in registry.list()}
     assert sorted(agents) == [
         "demo_action",
+        "demo_context",
         "demo_escalate",
         "demo_frontend",
+        "demo_loop",
         "demo_mcp",
         "demo_oneshot",
         "demo_parallel",
@@ -572,6 +574,7 @@ def test_schema_describes_the_file_by_alias() -> None:
         "temperature",
         "top_p",
         "max_tokens",
+        "contextLength",
         "extraBody",
     } == set(model)
     assert set(schema["$defs"]["Budget"]["properties"]) == {

@@ -31,6 +31,7 @@ ALLOWED_CORE_IMPORTS = {
     ("service.core.agents", "PLAN_UPDATE_TASK_TOOL"),
     ("service.core.agents", "PLAN_DECIDE_TOOL"),
     ("service.core.agents", "PLAN_VERIFY_TOOL"),
+    ("service.core.agents", "CONTEXT_SUMMARY_TOOL"),
 }
 #: The core modules that write what the model reads: prompts, briefs, instructions, results.
 CORE = ROOT / "service" / "core"

@@ -38,6 +38,8 @@ class ToolCall:
     #: The result fed back to the model (a plain JSON value), None until `tool.result`.
     result: Any = None
     error: bool = False
+    #: Whether the result is the earlier one of an identical call, not executed again.
+    cached: bool = False
     #: Whether `tool.result` (or `action.result`) arrived.
     done: bool = False
     task_id: str = ""
@@ -187,6 +189,7 @@ class RunFolder:
     def _on_tool_result(self, e: pb.Event, p: pb.ToolResult) -> None:
         call = self._call(p.tool_id, e)
         call.result, call.error, call.done = from_value(p.result), p.error, True
+        call.cached = p.cached
 
     def _on_action_start(self, e: pb.Event, p: pb.ActionStart) -> None:
         call = self._call(p.action_id, e)

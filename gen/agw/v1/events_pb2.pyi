@@ -1423,10 +1423,16 @@ class ToolResult(_message.Message):
     TOOL_ID_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    CACHED_FIELD_NUMBER: _builtins.int
     tool_id: _builtins.str
     """Id of the call."""
     error: _builtins.bool
     """Whether the result reports a failure (error, time-out, refusal)."""
+    cached: _builtins.bool
+    """Whether the result is an earlier result of an identical call within the run (same
+    tool, same arguments), given again without executing the tool: only for tools
+    declared cacheable.
+    """
     @_builtins.property
     def result(self) -> _struct_pb2.Value:
         """The result fed back to the model (a string, or structured JSON)."""
@@ -1437,10 +1443,11 @@ class ToolResult(_message.Message):
         tool_id: _builtins.str = ...,
         result: _struct_pb2.Value | None = ...,
         error: _builtins.bool = ...,
+        cached: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "result", b"result", "tool_id", b"tool_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached", b"cached", "error", b"error", "result", b"result", "tool_id", b"tool_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1895,11 +1902,16 @@ class ContextCompress(_message.Message):
     TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
     TOKENS_AFTER_FIELD_NUMBER: _builtins.int
     strategy: _builtins.str
-    """Strategy used: "truncate" or "summarize"."""
+    """Strategy used: "truncate" (the oldest turns of the chat's memory dropped),
+    "summarize" (the oldest turns replaced by one summary message, written by the
+    model) or "prune_tool_outputs" (old tool outputs of the run replaced by a note).
+    """
     messages_before: _builtins.int
-    """Number of messages before compression."""
+    """Number of messages before compression: the chat's memory for the trim at the
+    run's start, the whole prompt for a compression before a model call.
+    """
     messages_after: _builtins.int
-    """Number of messages after compression."""
+    """Number of messages after compression (equal for "prune_tool_outputs")."""
     tokens_before: _builtins.int
     """Estimated tokens before compression."""
     tokens_after: _builtins.int

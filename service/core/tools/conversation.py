@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.core.agents import ResolvedStage
+from service.core.context import ContextWindow
 from service.core.model import Reasoning, ToolChoice
 from service.core.policies import second_pass, summarize_reasoning
-from service.core.runner import Outcome, RunContext
-from service.core.tools.executor import ToolOutcome
+from service.core.runner import Outcome, RunContext, RunStopped
+from service.core.tools.executor import LOOP_STOPPED, ToolOutcome
 from service.core.tools.registry import StageTools
 from service.core.turn import ToolCall, TurnResult, stream_turn
 
@@ -53,11 +54,14 @@ class Conversation:
         stage: ResolvedStage,
         tools: StageTools,
         messages: list[dict[str, Any]],
+        own_start: int | None = None,
     ) -> None:
         self.ctx = ctx
         self.stage = stage
         self.tools = tools
         self.messages = messages
+        # Where the run's own messages (after its user message) begin: what pruning may touch.
+        self.own_start = len(messages) if own_start is None else own_start
 
     @classmethod
     def open(
@@ -112,6 +116,8 @@ class Conversation:
         if reasoning is not None:
             options["reasoning"] = Reasoning(reasoning, self.stage.model.reasoning.effort)
         client, request = ctx.model_call(self.stage, list(self.messages), **options)
+        await ContextWindow(ctx, self.stage, request.model).fit(self.messages, self.own_start)
+        request.messages = list(self.messages)
         turn = await stream_turn(
             ctx.run,
             ctx.out,
@@ -131,7 +137,10 @@ class Conversation:
         if not calls:
             return []
         self.ctx.policies.budgets.use_tool_calls(len(calls))
-        return await self.ctx.executor.execute(calls, self.tools.by_name)
+        outcomes = await self.ctx.executor.execute(calls, self.tools.by_name)
+        if any(outcome.stop for outcome in outcomes):
+            raise RunStopped(LOOP_STOPPED)
+        return outcomes
 
     def refuse(self, call: ToolCall, reason: str) -> ToolOutcome:
         return self.ctx.executor.refuse(call, reason)

@@ -12,10 +12,12 @@ One entry: `name` (letters, digits, `_`, `-`), `description` (sent to the model)
 `parameters` (a JSON Schema object, default: no parameters), and optionally
 `after_call_hint` (added to the system prompt of the stages that offer the tool),
 `toolApi` and `toolParams`, and `timeoutMs` (backend tools: how long a call may
-take). A frontend tool's `toolApi` and `toolParams` are passed to the client in
-`tool.start`; a backend tool's configure the HTTP call that runs it (see
-service/toolsources/http.py) and stay in the service. A broken file is reported
-with the file, the entry and the field.
+take) and `cacheable` (backend tools: an identical call within a run may be answered
+with the earlier result, marked `cached`, instead of running again — declare it only
+for tools without side effects whose result does not change within a run). A frontend
+tool's `toolApi` and `toolParams` are passed to the client in `tool.start`; a backend
+tool's configure the HTTP call that runs it (see service/toolsources/http.py) and stay
+in the service. A broken file is reported with the file, the entry and the field.
 
 A tool that comes from a source outside the service (an MCP server, an HTTP
 endpoint) carries its `ToolOrigin`, which a run describes once with
@@ -86,6 +88,7 @@ class ToolDefinition:
     tool_api: str = ""
     tool_params: Mapping[str, Any] | None = None
     timeout_s: float | None = None
+    cacheable: bool = False  # an identical call within a run may reuse the earlier result
     source: str = "built-in"  # the file that defines it
     origin: ToolOrigin | None = None  # the outside source that runs it, if any
 
@@ -131,6 +134,7 @@ class _Entry(BaseModel):
     timeout_ms: int | None = Field(
         None, gt=0, validation_alias=AliasChoices("timeoutMs", "timeout_ms")
     )
+    cacheable: bool = False
 
 
 class _File(BaseModel):
@@ -186,6 +190,8 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
         seen.setdefault(entry.name, index)
         if kind[0] != "backend" and entry.timeout_ms is not None:
             issues.append(f"{where}.timeoutMs: only backend tools have a time-out")
+        if kind[0] != "backend" and entry.cacheable:
+            issues.append(f"{where}.cacheable: only backend tools may be cached")
         tools.append(
             ToolDefinition(
                 name=entry.name,
@@ -197,6 +203,7 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
                 tool_api=entry.tool_api,
                 tool_params=entry.tool_params,
                 timeout_s=entry.timeout_ms / 1000 if entry.timeout_ms else None,
+                cacheable=entry.cacheable,
                 source=source or "text",
             )
         )

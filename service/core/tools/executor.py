@@ -9,6 +9,19 @@ result, fed back to the model: the run goes on. Cancellation is never swallowed.
 Calls of one turn run concurrently; results are emitted as they come and
 returned in call order. The outside sources of the offered tools (MCP servers,
 HTTP endpoints) are described once per run by `source.snapshot` (`describe_sources`).
+
+Repeated calls, in this order. Every call (same tool, same arguments once parsed and
+re-serialised with sorted keys) is first counted by the run's `LoopDetector`: the
+third identical call within the last ten is a doom loop (`loop.detect`). Without
+`loopDetect.ask` it is refused; with it the user is asked (`question.ask`, choices
+stop / continue / skip, answered by `Submit`): skip — or no answer in time — refuses
+the call, continue lets it go on as if no loop had been seen, stop refuses it and ends
+the run (`run.complete`, finish reason `loop_stopped`, through `RunStopped`). A call
+that goes on is then looked up in the run's cache: a backend tool declared
+`cacheable` that already answered an identical call without error in this run is not
+executed again — its earlier result is given, with `tool.result.cached` set. So with a
+cacheable tool the first call runs, the second is answered from the cache, the third
+is the loop.
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from service.core.ports import RunBus
 from service.core.runstate import RunState
 from service.core.tools import permissions, questions
 from service.core.tools.definitions import ToolDefinition, ToolError
-from service.core.tools.guards import LoopDetector, loop_message, truncate_output
+from service.core.tools.guards import LoopDetector, canonical, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolHandler, ToolRegistry
 from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
 from service.core.turn import ToolCall
@@ -42,6 +55,13 @@ from service.core.waits import WaitTimedOut
 log = logging.getLogger("agw.tools")
 
 ACTION_RESULT = "OK"
+LOOP_STOP, LOOP_CONTINUE, LOOP_SKIP = "stop", "continue", "skip"
+LOOP_CHOICES = (
+    questions.Option(LOOP_CONTINUE, "Let the call go on anyway."),
+    questions.Option(LOOP_SKIP, "Refuse this call; the agent goes on.", recommended=True),
+    questions.Option(LOOP_STOP, "End the run now."),
+)
+LOOP_STOPPED = "loop_stopped"  # the finish reason of a run the user stopped at a loop
 
 
 @dataclass(slots=True)
@@ -52,6 +72,8 @@ class ToolOutcome:
     result: Any
     error: bool = False
     duration_ms: float = 0.0
+    cached: bool = False  # the earlier result of an identical call, not executed again
+    stop: bool = False  # the user chose to stop the run at this call (a loop)
 
     def message(self) -> dict[str, Any]:
         """The `tool` message that answers the call."""
@@ -88,6 +110,8 @@ class ToolExecutor:
         self.delegates: dict[str, ToolHandler] = {}
         self.memory = ResultMemory()
         self.loops = LoopDetector()
+        self.ask_on_loop = False  # ask the user what to do with a loop (agent `loopDetect.ask`)
+        self.cache: dict[tuple[str, str], Any] = {}  # results of cacheable calls of the run
         self.described: set[str] = set()  # origins described by source.snapshot in this run
 
     def scoped(self, out: Emitter) -> ToolExecutor:
@@ -136,9 +160,14 @@ class ToolExecutor:
                 repeats = self.loops.check(call.name, call.arguments)
                 if repeats:
                     self.out.emit(events.loop_detect(call.name, call.arguments, repeats))
-                    raise ToolError(loop_message(call.name, repeats))
-                result = truncate_output(await self._run(call, tools.get(call.name), tools))
-                outcome = ToolOutcome(call, result)
+                    decision = await self._loop_decision(call) if self.ask_on_loop else LOOP_SKIP
+                    if decision == LOOP_STOP:
+                        raise _Stopped("not executed: the user stopped the run")
+                    if decision != LOOP_CONTINUE:
+                        raise ToolError(loop_message(call.name, repeats))
+                outcome = await self._answer(call, tools)
+            except _Stopped as stopped:
+                outcome = ToolOutcome(call, f"Error: {stopped}", error=True, stop=True)
             except ToolError as error:
                 outcome = ToolOutcome(call, f"Error: {error}", error=True)
                 span.set_status(StatusCode.ERROR, str(error)[:200])
@@ -155,6 +184,35 @@ class ToolExecutor:
             )
             return outcome
 
+    async def _answer(self, call: ToolCall, tools: Mapping[str, ToolDefinition]) -> ToolOutcome:
+        """The call's outcome: from the run's cache when it may be, else by running it."""
+        definition = tools.get(call.name)
+        key = (call.name, canonical(call.arguments))
+        cacheable = definition is not None and definition.cacheable and call.kind == "backend"
+        if cacheable and key in self.cache:
+            return ToolOutcome(call, self.cache[key], cached=True)
+        result = truncate_output(await self._run(call, definition, tools))
+        if cacheable:
+            self.cache[key] = result
+        return ToolOutcome(call, result)
+
+    async def _loop_decision(self, call: ToolCall) -> str:
+        """What the user wants done with a repeated call: stop, continue or skip."""
+        question = (
+            f"The agent is calling '{call.name}' again with the same arguments. "
+            "Continue (let it go on), skip this call, or stop the run?"
+        )
+        try:
+            answer = await questions.ask(self.out, self.bus, question, LOOP_CHOICES)
+        except ToolError:  # no answer in time
+            return LOOP_SKIP
+        if isinstance(answer, dict):
+            answer = answer.get("answer", answer.get("choice"))
+        if isinstance(answer, list) and len(answer) == 1:
+            answer = answer[0]
+        text = str(answer).strip().lower() if isinstance(answer, str) else ""
+        return text if text in (LOOP_STOP, LOOP_CONTINUE) else LOOP_SKIP
+
     def refuse(self, call: ToolCall, reason: str) -> ToolOutcome:
         """Answer `call` with an error result without running it."""
         return self.report(ToolOutcome(call, f"Error: {reason}", error=True))
@@ -166,7 +224,9 @@ class ToolExecutor:
             self.out.emit(events.action_result(call.id, _plain(outcome.result)))
         else:
             result = _plain(outcome.result)
-            self.out.emit(events.tool_result(call.id, result, error=outcome.error))
+            self.out.emit(
+                events.tool_result(call.id, result, error=outcome.error, cached=outcome.cached)
+            )
         if not outcome.error:
             self.memory.record(call.name, outcome.result)
         return outcome
@@ -239,6 +299,10 @@ class ToolExecutor:
         except Exception as error:
             log.warning("tool %s failed", call.name, exc_info=True)
             raise ToolError(f"'{call.name}' failed: {type(error).__name__}: {error}") from None
+
+
+class _Stopped(Exception):
+    """The user chose to stop the run at a repeated call."""
 
 
 def _json(value: Any) -> str:

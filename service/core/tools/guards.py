@@ -36,13 +36,14 @@ class LoopDetector:
 
     def check(self, name: str, arguments: str) -> int:
         """Record the call; how many times it now occurs in the window if that is a loop, else 0."""
-        key = (name, _canonical(arguments))
+        key = (name, canonical(arguments))
         self.recent.append(key)
         count = sum(1 for seen in self.recent if seen == key)
         return count if count >= self.repeats else 0
 
 
-def _canonical(arguments: str) -> str:
+def canonical(arguments: str) -> str:
+    """The call's arguments in one spelling: parsed, keys sorted, no spaces (else as given)."""
     try:
         return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
     except ValueError:

@@ -38,6 +38,8 @@ EXPECTED = {
     "demo_researcher": {"tool.result", "content.start"},
     "demo_skills": {"tool.result", "content.start"},
     "demo_question": {"question.ask", "request.submit", "question.answer", "tool.result"},
+    "demo_context": {"context.compress", "tool.result"},
+    "demo_loop": {"loop.detect", "question.ask", "request.submit", "question.answer"},
 }
 
 
@@ -301,3 +303,54 @@ async def test_a_configured_provider_does_not_get_the_demo_script(tmp_path: Path
     assert events[-1].type == "run.complete"
     [body] = provider.requests
     assert "script" not in body and "demo" not in body
+
+
+async def test_the_context_example_prunes_then_summarises_and_reuses_the_summary(
+    demo: Harness,
+) -> None:
+    chat_id, strategies, runs = "", [], []
+    for n in range(1, 5):
+        events = await demo.query("demo_context", f"Weather in Paris, day {n}?", chat_id=chat_id)
+        assert events[-1].type == "run.complete", events[-1]
+        assert_invariants(events)
+        chat_id = events[0].chat_id
+        runs.append(events[0].run_id)
+        strategies.append(
+            [e.context_compress.strategy for e in events if e.context_compress.strategy]
+        )
+    assert strategies == [
+        ["prune_tool_outputs"],
+        ["prune_tool_outputs"],
+        ["summarize"],
+        ["summarize"],
+    ]
+    await demo.app.frontdoor.flush()
+    records = await demo.app.frontdoor.chats.read(chat_id)
+    summaries = [(r["runId"], r["summary"]) for r in records if "summary" in r]
+    assert [(run, summary["through"]) for run, summary in summaries] == [
+        (runs[2], runs[0]),  # the third run summarised the first
+        (runs[3], runs[1]),  # the fourth folded that summary and the second run into one
+    ]
+    assert summaries[0][1]["text"] == "Earlier, the user said: “Weather in Paris, day 1?”."
+    reply = await demo.stub.GetChat(gw.GetChatRequest(chat_id=chat_id))
+    replayed = [e.context_compress.strategy for e in reply.events if e.type == "context.compress"]
+    assert replayed == [s for run in strategies for s in run]
+
+
+async def test_the_loop_example_caches_then_stops_when_told(demo: Harness) -> None:
+    call = demo.stub.Query(gw.QueryRequest(agent_key="demo_loop", message="Paris?"))
+    events = []
+    async for event in call:
+        events.append(event)
+        if event.type == "question.ask":
+            await demo.stub.Submit(
+                gw.SubmitRequest(
+                    run_id=event.run_id,
+                    tool_id=event.question_ask.question_id,
+                    payload=struct_pb2.Value(string_value="stop"),
+                )
+            )
+    assert_invariants(events)
+    results = [e.tool_result for e in events if e.type == "tool.result"]
+    assert [(r.cached, r.error) for r in results] == [(False, False), (True, False), (False, True)]
+    assert events[-1].run_complete.finish_reason == "loop_stopped"

@@ -193,7 +193,7 @@ class Renderer:
 
     def _on_tool_result(self, p: pb.ToolResult) -> None:
         name = self.tool(p.tool_id).name or p.tool_id
-        verb = "failed" if p.error else "returned"
+        verb = "failed" if p.error else "returned (cached)" if p.cached else "returned"
         self.line(self.style.dim(f"← {name} {verb}: {short(from_value(p.result))}"))
 
     def _on_action_start(self, p: pb.ActionStart) -> None:
@@ -244,7 +244,8 @@ class Renderer:
 
     def _on_context_compress(self, p: pb.ContextCompress) -> None:
         before, after = p.messages_before, p.messages_after
-        self.line(self.style.dim(f"context {p.strategy}: {before} → {after} messages"))
+        tokens = f"~{p.tokens_before} → ~{p.tokens_after} tokens"
+        self.line(self.style.dim(f"context {p.strategy}: {before} → {after} messages, {tokens}"))
 
     def _on_permission_answer(self, p: pb.PermissionAnswer) -> None:
         verdict = "allowed" if p.allowed else "denied"

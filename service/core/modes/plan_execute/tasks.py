@@ -19,7 +19,7 @@ from typing import Any
 from service.core import events
 from service.core.agents import PLAN_UPDATE_TASK_TOOL
 from service.core.errors import TASK_FAILED, TASK_NOT_REPORTED, AgwError
-from service.core.runner import RunContext
+from service.core.runner import RunContext, RunStopped
 from service.core.tools.conversation import Conversation
 from service.core.tools.executor import ToolOutcome
 from service.core.tools.planning import (
@@ -60,6 +60,10 @@ async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
         update = await _work(conversation, task, ctx.agent.task_max_rounds)
     except AgwError as error:
         _fail(ctx, plan, task, error.reason, error.message)
+        raise
+    except RunStopped:  # the user ended the run: the task ends with it, canceled
+        task.status, task.result = "canceled", "the user stopped the run"
+        ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
         raise
     if update is None:
         reason = f"the model did not report the task with {PLAN_UPDATE_TASK_TOOL}"
