@@ -138,6 +138,7 @@ class App:
             wait_timeout_s=settings.frontend_wait_timeout_s,
             submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
             postgres_dsn=settings.postgres_dsn.get_secret_value(),
+            postgres_timeout_s=settings.postgres_timeout_s,
             uploads_dir=settings.uploads_path,
             redis_url=settings.redis_url.get_secret_value(),
             replica_id=settings.replica_id,

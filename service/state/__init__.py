@@ -49,6 +49,7 @@ class StateOptions:
     wait_timeout_s: float = 300.0
     submit_payload_limit_bytes: int = 256 * 1024
     postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
+    postgres_timeout_s: float = 10.0  # connecting, and each statement
     uploads_dir: Path | None = None  # the `files` upload store's; default: beside chats_dir
     # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
     # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
@@ -63,19 +64,21 @@ class StateOptions:
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
     "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
     "memory": lambda o: MemoryChatStore(),
-    "postgres": lambda o: PostgresChatStore(o.postgres_dsn),
+    "postgres": lambda o: PostgresChatStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
     "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
-    "postgres": lambda o: PostgresRunLog(o.postgres_dsn, o.run_log_ttl_s),
+    "postgres": lambda o: PostgresRunLog(
+        o.postgres_dsn, o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
+    ),
 }
 
 UPLOAD_STORES: dict[str, Callable[[StateOptions], UploadStore]] = {
     "files": lambda o: FileUploadStore(o.uploads_dir or o.chats_dir.parent / "uploads"),
     "memory": lambda o: MemoryUploadStore(),
-    "postgres": lambda o: PostgresUploadStore(o.postgres_dsn),
+    "postgres": lambda o: PostgresUploadStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {

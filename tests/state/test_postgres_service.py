@@ -8,6 +8,9 @@ across them, and stopping a service closes its pools.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -202,3 +205,41 @@ async def test_a_lost_database_is_a_store_failure_not_a_crash(
                 await call()
             assert caught.value.code() == grpc.StatusCode.INTERNAL
             assert error_info(caught.value).reason == "STORE_FAILED"
+
+
+async def test_a_database_that_stops_answering_is_a_prompt_store_failure(
+    agents_dir: Path, provider: LoopbackProvider, postgres_dsn: str
+) -> None:
+    settings = on_postgres(postgres_dsn, postgres_timeout_s=1.0)
+    async with Harness.start(agents_dir, provider, **settings) as gateway:
+        provider.enqueue(answer("hi"))
+        events = await gateway.query("plain", "hello")
+        await gateway.app.frontdoor.flush()
+        admin = await asyncpg.connect(postgres_dsn)
+        try:
+            backends = [  # the server processes of the service's connections
+                row["pid"]
+                for row in await admin.fetch(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ]
+        finally:
+            await admin.close()
+        assert backends
+        for pid in backends:
+            os.kill(pid, signal.SIGSTOP)  # they hold their sockets and answer nothing
+        try:
+            began = time.monotonic()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
+            took = time.monotonic() - began
+        finally:
+            for pid in backends:
+                os.kill(pid, signal.SIGCONT)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert error_info(caught.value).reason == "STORE_FAILED"
+        assert "no answer in time" in caught.value.details()
+        assert took < 3.0
+        chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
+        assert chat.chat_name == "hello"  # served again
