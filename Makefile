@@ -61,5 +61,13 @@ lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.y
 bench: install ## Benchmarks: baselines, the gateway and the SSE adapter, measured in one run
 	$(PY) -m bench
 	$(PY) -m bench.sse
+	$(PY) -m bench.replicas
 
-.PHONY: help install run test gen lint lint-proto bench
+bench-scale: install ## Benchmarks of scale-out: 1 process vs 3 replicas (Postgres + Redis), the Redis hop
+	$(PY) -m bench.replicas
+	$(PY) -m bench.redis_hop
+
+bench-litellm: install ## The LiteLLM proxy vs the gateway, same paced streams (installs litellm[proxy] in bench/.venv-litellm)
+	$(PY) -m bench.litellm
+
+.PHONY: help install run test gen lint lint-proto bench bench-scale bench-litellm

@@ -16,6 +16,7 @@ from bench.control import ControlClient
 ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -49,9 +50,10 @@ class Child:
             print(f"bench: {self.kind} exited with {self.process.returncode}", file=sys.stderr)
 
 
-async def spawn(kind: str, *args: str) -> Child:
-    """Start `python -m bench.serve KIND ARGS...` and wait until it is ready."""
-    env = dict(os.environ)
+async def spawn(kind: str, *args: str, env: dict[str, str] | None = None) -> Child:
+    """Start `python -m bench.serve KIND ARGS...` and wait until it is ready; `env` is added
+    to this process's environment (e.g. `AGW_` settings)."""
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -77,3 +79,26 @@ async def spawn(kind: str, *args: str) -> Child:
         await process.communicate()
         raise
     return Child(kind, process, int(info["port"]), int(info["pid"]), control)
+
+
+def tree_cpu_ns(pid: int) -> int:
+    """User + system CPU of `pid` and every live descendant, from `/proc` (clock ticks)."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) * _TICK_NS
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, p in parents.items() if p == parent and child not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(times.get(member, 0) for member in tree)

@@ -21,7 +21,7 @@ from service.core.observe import Price, Pricing
 from service.core.skills import SkillRegistry
 from service.core.tools.registry import ToolRegistry
 from service.core.tools.skill_tool import SkillTools
-from service.core.uploads import UploadStore
+from service.core.uploads import Uploads
 from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
@@ -138,6 +138,8 @@ class App:
             wait_timeout_s=settings.frontend_wait_timeout_s,
             submit_payload_limit_bytes=settings.submit_payload_limit_bytes,
             postgres_dsn=settings.postgres_dsn.get_secret_value(),
+            postgres_timeout_s=settings.postgres_timeout_s,
+            uploads_dir=settings.uploads_path,
             redis_url=settings.redis_url.get_secret_value(),
             replica_id=settings.replica_id,
             lease_ttl_s=settings.redis_lease_ttl_s,
@@ -153,7 +155,10 @@ class App:
             chats=self.chats,
             run_log=state.RUN_LOGS[settings.run_log](options),
             bus=self.bus,
-            uploads=UploadStore(settings.uploads_path, settings.upload_max_bytes),
+            uploads=Uploads(
+                state.UPLOAD_STORES[settings.upload_store_name](options),
+                settings.upload_max_bytes,
+            ),
             tools=self.tools,
             skills=self.skills,
             options=FrontDoorOptions(
@@ -283,3 +288,4 @@ class App:
             await self.demo.stop()
         await self.frontdoor.chats.close()
         await self.frontdoor.run_log.close()
+        await self.frontdoor.uploads.close()

@@ -205,7 +205,11 @@ class Settings(BaseSettings):
     chat_store: Literal["jsonl", "memory", "postgres"] = "jsonl"
     run_log: Literal["files", "memory", "postgres"] = "files"
     postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
+    postgres_timeout_s: float = Field(default=10.0, gt=0)  # connecting, and each statement
     run_bus: Literal["local", "redis"] = "local"
+    # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
+    # `postgres` (replicas share them), else `files` under uploads_dir.
+    upload_store: Literal["files", "memory", "postgres"] | None = None
     # The Redis run bus (run_bus = "redis"; README "Redis run bus"): the server, this
     # replica's id (default hostname-pid-random), how long a silent replica keeps its runs,
     # how long an ended run's stream is kept and how long it may grow, and how long a
@@ -278,6 +282,13 @@ class Settings(BaseSettings):
     @property
     def uploads_path(self) -> Path:
         return self.uploads_dir or self.data_dir / "uploads"
+
+    @property
+    def upload_store_name(self) -> str:
+        """The upload store in use: the one set, else the one the chat store implies."""
+        if self.upload_store is not None:
+            return self.upload_store
+        return "postgres" if self.chat_store == "postgres" else "files"
 
     @classmethod
     def settings_customise_sources(

@@ -40,7 +40,7 @@ from service.core.model import ModelClient
 from service.core.skills import SkillRegistry
 from service.core.tools.registry import BackendTool, ToolRegistry
 from service.core.tools.skill_tool import SkillTools
-from service.core.uploads import UploadStore
+from service.core.uploads import Uploads
 from service.providers.loopback import LoopbackProvider
 from service.providers.registry import ProviderRegistry
 from service.providers.scripted import (
@@ -61,6 +61,7 @@ from service.providers.scripted import (
 )
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.upload_files import FileUploadStore
 
 __all__ = [
     "DONE",
@@ -202,7 +203,7 @@ class InProcess:
             chats=MemoryChatStore(),
             run_log=MemoryRunLog(),
             bus=LocalRunBus(),
-            uploads=UploadStore(data / "uploads", 16 * 1024 * 1024),
+            uploads=Uploads(FileUploadStore(data / "uploads"), 16 * 1024 * 1024),
             tools=tools,
             skills=skills,
             options=FrontDoorOptions(),

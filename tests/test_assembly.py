@@ -99,3 +99,14 @@ async def test_the_app_opens_each_provider_with_its_options_and_the_log_switches
         assert (client._log.enabled, client._log.mask_sensitive) == (False, False)
     finally:
         await app.providers.aclose()
+
+
+def test_the_upload_store_follows_the_chat_store_unless_set(tmp_path: Path) -> None:
+    def store(**settings: object) -> str:
+        return Settings(data_dir=tmp_path, **settings).upload_store_name  # type: ignore[arg-type]
+
+    assert store() == "files"
+    assert store(chat_store="memory") == "files"
+    assert store(chat_store="postgres") == "postgres"  # replicas share their uploads
+    assert store(chat_store="postgres", upload_store="files") == "files"
+    assert store(upload_store="memory") == "memory"

@@ -154,6 +154,8 @@ class ShuttingDown extends AgwError { static status = grpc.status.UNAVAILABLE; }
 class ProviderError extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** UNAVAILABLE: the replica executing the run was lost (in a run: RunFailed with this reason). */
 class OwnerLost extends AgwError { static status = grpc.status.UNAVAILABLE; }
+/** UNAVAILABLE: the gateway's run bus (Redis) is unreachable; nothing was done, retry. */
+class BusUnavailable extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** DEADLINE_EXCEEDED: a model provider timed out (in a run: RunFailed with this reason). */
 class ProviderTimeout extends AgwError { static status = grpc.status.DEADLINE_EXCEEDED; }
 
@@ -175,6 +177,7 @@ const ERROR_CLASSES = Object.freeze({
   PROVIDER_STREAM_ERROR: ProviderError,
   PROVIDER_TIMEOUT: ProviderTimeout,
   OWNER_LOST: OwnerLost,
+  BUS_UNAVAILABLE: BusUnavailable,
 });
 
 /** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
@@ -426,6 +429,7 @@ module.exports = {
   ProviderError,
   ProviderTimeout,
   OwnerLost,
+  BusUnavailable,
   ERROR_CLASSES,
   RunFailed,
   QueryStream,

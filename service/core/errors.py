@@ -111,6 +111,16 @@ class OwnerLost(AgwError):
     reason = "OWNER_LOST"
 
 
+class BusUnavailable(AgwError):
+    """The run bus (e.g. Redis) could not be reached or did not answer in time.
+
+    A call refused with it changed nothing and may be retried; a run whose
+    events can no longer be published ends with `run.error` of this reason.
+    """
+
+    reason = "BUS_UNAVAILABLE"
+
+
 class BudgetExhausted(AgwError):
     """A run used up one of its budgets (model calls, tool calls, steps, time)."""
 
@@ -210,6 +220,7 @@ STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
         ProviderStreamError: Status.UNAVAILABLE,
         ProviderTimeout: Status.DEADLINE_EXCEEDED,
         OwnerLost: Status.UNAVAILABLE,
+        BusUnavailable: Status.UNAVAILABLE,
         StoreFailed: Status.INTERNAL,
         SandboxUnavailable: Status.INTERNAL,
         PlanFailed: Status.INTERNAL,

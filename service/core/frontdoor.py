@@ -64,7 +64,7 @@ from service.core.skills import SkillRegistry
 from service.core.subagents import Subagents
 from service.core.tools.registry import ToolRegistry
 from service.core.turn import Ids
-from service.core.uploads import StoredUpload, UploadStore
+from service.core.uploads import StoredUpload, Uploads
 
 log = logging.getLogger("agw.runtime")
 
@@ -113,7 +113,7 @@ class FrontDoor:
         chats: ChatStore,
         run_log: RunLog,
         bus: RunBus,
-        uploads: UploadStore,
+        uploads: Uploads,
         tools: ToolRegistry | None = None,
         skills: SkillRegistry | None = None,
         options: FrontDoorOptions = FrontDoorOptions(),
@@ -492,6 +492,7 @@ class FrontDoor:
         """Prepare the stores and the bus before the first request."""
         await self.chats.open()
         await self.run_log.open()
+        await self.uploads.open()
         await self.bus.open()
 
     async def drain(self, grace_s: float) -> None:

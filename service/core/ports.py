@@ -4,6 +4,7 @@
 - `RunLog`: the complete event logs of ended runs, for re-attaching later.
 - `RunBus`: the live runs — where their events are followed from, and where a
   Submit or a Cancel for a run is delivered to the run that waits for it.
+- `UploadStore`: uploaded files, their description and their bytes.
 
 Every method that may touch I/O is async. Implementations live in
 `service/state/` (in-process and file-backed ones today); a new backend is a
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from service.core.commands import ANONYMOUS, Principal, SubmitCommand, SubmitResult
 from service.core.events import Event
+from service.core.uploads import StoredUpload
 
 if TYPE_CHECKING:
     from service.core.eventlog import Emitter
@@ -194,4 +196,28 @@ class RunBus(Protocol):
 
     def waiting(self, run_id: str) -> list[str]:
         """The tool ids of the run that wait for an answer right now (in this process)."""
+        ...
+
+
+class UploadStore(Protocol):
+    """Uploaded files: each one's description and bytes, by id, written once.
+
+    Ids and limits are checked before a call reaches the store (`core.uploads.Uploads`),
+    and so is the owner: the store returns an upload whoever asks.
+    """
+
+    async def open(self) -> None:
+        """Prepare the store (create its place, connect) before the first call."""
+        ...
+
+    async def put(self, upload: StoredUpload, content: bytes) -> None:
+        """Keep a new upload and its content; both are readable once this returns."""
+        ...
+
+    async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
+        """The upload and its content, or None when there is none with that id."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the store holds (connections); no call follows."""
         ...

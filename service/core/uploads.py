@@ -1,25 +1,29 @@
-"""Uploaded files: stored with their size, SHA-256 and MIME type, referenced by queries.
+"""Uploaded files: described by size, SHA-256 and MIME type, referenced by queries.
 
-`{dir}/{id}/content` holds the bytes and `{dir}/{id}/meta.json` the description;
-ids are `f_` + 16 hex. The MIME type is sniffed from the content's magic bytes,
-then the file name, then the client's claim.
+`Uploads` is what the front door calls: it checks the name and the size limit,
+sniffs the MIME type (the content's magic bytes, then the file name, then the
+client's claim), gives the upload its id (`f_` + 16 hex) and its owner, and hides
+another principal's upload. Where the description and the bytes are kept is an
+`UploadStore` (`service.core.ports`): a directory, memory, or PostgreSQL, shared
+by replicas (`service/state/`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import json
 import mimetypes
 import re
 import secrets
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import InvalidRequest, NotFound, PayloadTooLarge
 from service.core.ids import shorten
+
+if TYPE_CHECKING:
+    from service.core.ports import UploadStore
 
 _ID = re.compile(r"^f_[0-9a-f]{16}$")
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -44,6 +48,11 @@ class StoredUpload:
     owner: dict[str, str] | None = None  # {"tenant", "subject"}; None: anonymous
 
 
+def valid_upload_id(upload_id: str) -> bool:
+    """Whether `upload_id` is one this service could have given (`f_` + 16 hex)."""
+    return _ID.match(upload_id) is not None
+
+
 def sniff_mime(content: bytes, name: str, claimed: str) -> str:
     for magic, mime in _MAGIC:
         if content.startswith(magic):
@@ -54,12 +63,18 @@ def sniff_mime(content: bytes, name: str, claimed: str) -> str:
     return guessed or claimed or "application/octet-stream"
 
 
-class UploadStore:
-    """Stores uploads under a directory, with a size limit."""
+class Uploads:
+    """Stores uploads in an `UploadStore`, with a size limit, and finds them for their owner."""
 
-    def __init__(self, directory: Path, max_bytes: int) -> None:
-        self.directory = directory
+    def __init__(self, store: UploadStore, max_bytes: int) -> None:
+        self.store = store
         self.max_bytes = max_bytes
+
+    async def open(self) -> None:
+        await self.store.open()
+
+    async def close(self) -> None:
+        await self.store.close()
 
     async def save(
         self,
@@ -88,31 +103,18 @@ class UploadStore:
             chat_id=chat_id,
             owner=None if owner.anonymous else owner.to_record(),
         )
-        await asyncio.to_thread(self._write, upload, content)
+        await self.store.put(upload, content)
         return upload
-
-    def _write(self, upload: StoredUpload, content: bytes) -> None:
-        folder = self.directory / upload.id
-        folder.mkdir(parents=True)
-        (folder / "content").write_bytes(content)
-        (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
 
     async def get(self, upload_id: str, owner: Principal = ANONYMOUS) -> tuple[StoredUpload, bytes]:
         """The upload and its content; another principal's upload is not found."""
-        if not _ID.match(upload_id):
+        if not valid_upload_id(upload_id):
             shown = shorten(upload_id)
             raise NotFound(f"no upload {shown!r}", upload_id=shown)
-        folder = self.directory / upload_id
-        try:
-            meta, content = await asyncio.to_thread(
-                lambda: ((folder / "meta.json").read_text(), (folder / "content").read_bytes())
-            )
-        except FileNotFoundError:
-            raise NotFound(f"no upload {upload_id!r}", upload_id=upload_id) from None
-        upload = StoredUpload(**json.loads(meta))
-        if Principal.from_record(upload.owner) != owner:
+        found = await self.store.get(upload_id)
+        if found is None or Principal.from_record(found[0].owner) != owner:
             raise NotFound(f"no upload {upload_id!r}", upload_id=upload_id)
-        return upload, content
+        return found
 
     async def content_parts(
         self,

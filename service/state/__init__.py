@@ -10,9 +10,13 @@
 | RunLog | `postgres` | PostgreSQL |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
 | RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
+| UploadStore | `files` | one directory per upload (`service/state/upload_files.py`), the default |
+| UploadStore | `memory` | in-process |
+| UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`pg_uploads.py`) |
 
 Adding a backend is a new module here and one line in the tables below; the
-settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`).
+settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`,
+`AGW_UPLOAD_STORE`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -22,14 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.core.ports import ChatStore, RunBus, RunLog
+from service.core.ports import ChatStore, RunBus, RunLog, UploadStore
 from service.core.waits import Waits
 from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
 from service.state.local_bus import LocalRunBus
-from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore
+from service.state.pg_uploads import PostgresUploadStore
 from service.state.postgres import PostgresChatStore, PostgresRunLog
 from service.state.redis_bus import RedisRunBus
 from service.state.run_files import FileRunLog
+from service.state.upload_files import FileUploadStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,8 @@ class StateOptions:
     wait_timeout_s: float = 300.0
     submit_payload_limit_bytes: int = 256 * 1024
     postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
+    postgres_timeout_s: float = 10.0  # connecting, and each statement
+    uploads_dir: Path | None = None  # the `files` upload store's; default: beside chats_dir
     # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
     # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
@@ -56,13 +64,21 @@ class StateOptions:
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
     "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
     "memory": lambda o: MemoryChatStore(),
-    "postgres": lambda o: PostgresChatStore(o.postgres_dsn),
+    "postgres": lambda o: PostgresChatStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
     "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
-    "postgres": lambda o: PostgresRunLog(o.postgres_dsn, o.run_log_ttl_s),
+    "postgres": lambda o: PostgresRunLog(
+        o.postgres_dsn, o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
+    ),
+}
+
+UPLOAD_STORES: dict[str, Callable[[StateOptions], UploadStore]] = {
+    "files": lambda o: FileUploadStore(o.uploads_dir or o.chats_dir.parent / "uploads"),
+    "memory": lambda o: MemoryUploadStore(),
+    "postgres": lambda o: PostgresUploadStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {

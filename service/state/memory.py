@@ -1,4 +1,4 @@
-"""In-process `ChatStore` and `RunLog`: nothing survives the process.
+"""In-process `ChatStore`, `RunLog` and `UploadStore`: nothing survives the process.
 
 For tests, for trying the service out, and for a replica whose history lives
 elsewhere. Records are kept as given (a copy), so reading them back returns
@@ -15,6 +15,7 @@ from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound
 from service.core.events import Event
 from service.core.ports import ChatSummary, Record
+from service.core.uploads import StoredUpload
 from service.state.summaries import page_of, summarize
 
 
@@ -75,6 +76,25 @@ class MemoryRunLog:
         if kept is None or time.monotonic() - kept[0] >= self.ttl_s:
             return None
         return list(kept[1])
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryUploadStore:
+    """Uploads in a dict."""
+
+    def __init__(self) -> None:
+        self._uploads: dict[str, tuple[StoredUpload, bytes]] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def put(self, upload: StoredUpload, content: bytes) -> None:
+        self._uploads[upload.id] = (upload, bytes(content))
+
+    async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
+        return self._uploads.get(upload_id)
 
     async def close(self) -> None:
         return None

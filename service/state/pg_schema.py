@@ -29,6 +29,8 @@ from service.core.errors import StoreFailed
 log = logging.getLogger("agw.store")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+#: How long connecting or one statement may take (`AGW_POSTGRES_TIMEOUT_S`).
+DEFAULT_TIMEOUT_S = 10.0
 #: The advisory lock taken while migrating ("agw" in ASCII).
 MIGRATION_LOCK = 0x616777
 _NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
@@ -91,12 +93,24 @@ async def migrate(connection: Connection, shipped: list[Migration] | None = None
     return applied_now
 
 
-async def open_pool(dsn: str, *, max_size: int = 10, setting: str = "AGW_POSTGRES_DSN") -> Pool:
-    """A connection pool on `dsn`, with the schema migrated."""
+async def open_pool(
+    dsn: str,
+    *,
+    max_size: int = 10,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    setting: str = "AGW_POSTGRES_DSN",
+) -> Pool:
+    """A connection pool on `dsn`, with the schema migrated.
+
+    `timeout_s` bounds connecting and every statement: a database that stops answering
+    (a frozen server, a cut network) fails the call with `StoreFailed`, never hangs it.
+    """
     if not dsn:
         raise StoreFailed(f"no PostgreSQL database to connect to: set {setting}")
     with failures("could not open the PostgreSQL database"):
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        pool = await asyncpg.create_pool(
+            dsn, min_size=1, max_size=max_size, timeout=timeout_s, command_timeout=timeout_s
+        )
     try:
         with failures("could not migrate the PostgreSQL database"):
             async with pool.acquire() as connection:
@@ -124,4 +138,5 @@ def failures(what: str) -> Iterator[None]:
     try:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
-        raise StoreFailed(f"{what}: {type(error).__name__}: {error}") from error
+        why = "no answer in time" if isinstance(error, TimeoutError) else str(error)
+        raise StoreFailed(f"{what}: {type(error).__name__}: {why}") from error

@@ -34,7 +34,7 @@ from service.core.errors import ChatNotFound
 from service.core.events import Event
 from service.core.ids import chat_name_of, check_chat_id, valid_chat_id, valid_run_id
 from service.core.ports import ChatSummary, Record
-from service.state.pg_schema import Pool, close_pool, failures, open_pool
+from service.state.pg_schema import DEFAULT_TIMEOUT_S, Pool, close_pool, failures, open_pool
 from service.state.run_files import decode_events, encode_events
 
 PRUNE_EVERY_S = 3600.0
@@ -96,9 +96,12 @@ def _after(cursor: str) -> tuple[int | None, str]:
 class PostgresChatStore:
     """Chats and their records in PostgreSQL (`AGW_CHAT_STORE=postgres`)."""
 
-    def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self, dsn: str, *, pool_size: int = 10, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
+        self.timeout_s = timeout_s
         self._pool: Pool | None = None
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -109,7 +112,7 @@ class PostgresChatStore:
         return self._pool
 
     async def open(self) -> None:
-        self._pool = await open_pool(self.dsn, max_size=self.pool_size)
+        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -181,10 +184,13 @@ class PostgresChatStore:
 class PostgresRunLog:
     """The event logs of ended runs in PostgreSQL (`AGW_RUN_LOG=postgres`)."""
 
-    def __init__(self, dsn: str, ttl_s: float, *, pool_size: int = 4) -> None:
+    def __init__(
+        self, dsn: str, ttl_s: float, *, pool_size: int = 4, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.dsn = dsn
         self.ttl_s = ttl_s
         self.pool_size = pool_size
+        self.timeout_s = timeout_s
         self._pool: Pool | None = None
         self._last_prune = 0.0
 
@@ -195,7 +201,7 @@ class PostgresRunLog:
         return self._pool
 
     async def open(self) -> None:
-        self._pool = await open_pool(self.dsn, max_size=self.pool_size)
+        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
         await self.prune()
 
     async def close(self) -> None:

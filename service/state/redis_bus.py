@@ -40,30 +40,41 @@ owner's lease has expired the run is ended as lost (Submit answers `EXPIRED`,
 Cancel True); otherwise the call is refused with `OWNER_LOST` (UNAVAILABLE:
 nothing was done; retry).
 
+*Redis unreachable.* A call on a request's path (Query, Attach, Submit, Cancel)
+that cannot reach Redis — refused, cut, or no answer within the reply time-out —
+is refused with `BusUnavailable` (UNAVAILABLE, reason `BUS_UNAVAILABLE`): nothing
+was started or changed, and the next call tries again. Runs in flight go on on
+their owner, whose clients see them end as usual; the outbox keeps their events
+and appends them once Redis answers again, so followers on other replicas, which
+wait meanwhile, get them then, each with the run's one terminal event.
+
 A single Redis server (or primary) is assumed, not Redis Cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import KeyT, StreamIdT
 
 from service.core import events
 from service.core.commands import Principal, SubmitCommand, SubmitResult
-from service.core.errors import STATUS_OF, AgwError, Conflict, OwnerLost
+from service.core.errors import STATUS_OF, AgwError, BusUnavailable, Conflict, OwnerLost
 from service.core.eventlog import Emitter
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
 from service.core.ids import valid_run_id
@@ -84,6 +95,8 @@ MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
 MAX_CONNECTIONS = 1024  # to Redis, per replica (forwarded calls each hold one while waiting)
 #: Why a lost run's tools stopped waiting.
 GONE = "the run ended: the replica executing it was lost"
+#: What Redis being unreachable looks like: refused, cut, or no answer in time.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
 def default_replica_id() -> str:
@@ -157,7 +170,11 @@ class RedisRunBus:
         # Reads may block for a while (XREAD BLOCK, BLPOP): the socket time-out is beyond them.
         timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
         self.redis = aioredis.Redis.from_url(
-            url, protocol=2, socket_timeout=timeout, max_connections=MAX_CONNECTIONS
+            url,
+            protocol=2,
+            socket_timeout=timeout,
+            socket_connect_timeout=reply_timeout_s,
+            max_connections=MAX_CONNECTIONS,
         )
         self._register = self.redis.register_script(scripts.REGISTER)
         self._append = self.redis.register_script(scripts.APPEND)
@@ -169,7 +186,7 @@ class RedisRunBus:
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
         self._mirrors: dict[str, Mirror] = {}
         self._woken: StreamIdT = "0-0"  # where the reader's wake-up stream was read to
-        self._outbox = Outbox(self._append_batches, self._fence, self.writable)
+        self._outbox = Outbox(self._append_batches, self._fence, self._unknown, self.writable)
         self._loops: list[asyncio.Task[None]] = []
         self._declaring: set[asyncio.Task[bool]] = set()
         self._resumed = asyncio.Event()
@@ -224,16 +241,25 @@ class RedisRunBus:
         await self.redis.aclose()
 
     async def _forever(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
-        """Run `step` again and again; a failure is logged, and `step` retried shortly."""
+        """Run `step` again and again; a failure is logged once, and `step` retried after a
+        pause that grows while Redis stays unreachable (0.2 s up to 2 s)."""
+        failures = 0
         while True:
             try:
                 await step()
             except (RedisError, OSError) as error:
-                log.warning("%s of replica %s: %s", what, self.replica_id, error)
-                await asyncio.sleep(0.2)
+                if not failures:
+                    log.warning("%s of replica %s: %s", what, self.replica_id, error)
+                failures += 1
+                await asyncio.sleep(min(0.2 * 2 ** (failures - 1), 2.0))
+                continue
             except Exception:
                 log.exception("%s of replica %s failed", what, self.replica_id)
                 await asyncio.sleep(0.2)
+                continue
+            if failures:
+                log.info("%s of replica %s: Redis answers again", what, self.replica_id)
+                failures = 0
 
     def suspend(self) -> None:
         """Stop writing to Redis — lease renewals and event appends — as a frozen or cut-off
@@ -247,9 +273,33 @@ class RedisRunBus:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
 
+    @contextlib.asynccontextmanager
+    async def _reaching(self, operation: str, *, timed: bool = True) -> AsyncIterator[None]:
+        """Report Redis unreachable inside the block as `BusUnavailable`; `timed`: also when
+        the block takes longer than the reply time-out (a frozen or cut-off server)."""
+        try:
+            if timed:
+                async with asyncio.timeout(self.reply_timeout_s):
+                    yield
+            else:
+                yield
+        except UNREACHABLE as error:
+            what = "no answer in time" if isinstance(error, TimeoutError) else str(error)
+            log.warning(
+                "replica %s: Redis unreachable during %s (%s)", self.replica_id, operation, what
+            )
+            raise BusUnavailable(
+                f"the run bus (Redis) is unreachable: {type(error).__name__}: {what}; retry",
+                operation=operation,
+            ) from error
+
     # -- the owner's side --------------------------------------------------------------
 
     async def register(self, run: RunState) -> RunRef | None:
+        async with self._reaching("register"):
+            return await self._register_run(run)
+
+    async def _register_run(self, run: RunState) -> RunRef | None:
         for _ in range(5):
             clash = _text(
                 await self._register(
@@ -304,7 +354,7 @@ class RedisRunBus:
         results: list[Any] = await pipe.execute(raise_on_error=False)
         if any(isinstance(result, NoScriptError) for result in results):
             await self.redis.script_load(scripts.APPEND)  # the server lost its scripts
-        return [r if isinstance(r, Exception) else int(r) == 1 for r in results]
+        return [r if isinstance(r, Exception) else int(r) for r in results]
 
     def _fence(self, owned: Owned) -> None:
         """Another replica declared this one lost for the run: stop it here, write nothing."""
@@ -324,7 +374,29 @@ class RedisRunBus:
         if freed is not None:
             freed.set()
 
+    def _unknown(self, owned: Owned) -> None:
+        """Redis no longer knows the run (it restarted empty, or its keys were dropped): the
+        run goes on here, but nothing more of it is published; followers elsewhere end it."""
+        if not owned.live:
+            return
+        log.warning(
+            "run %s: Redis no longer knows the run (its data was lost); not publishing it",
+            owned.run.run_id,
+        )
+        owned.published_end = True  # nothing more to append or renew
+        owned.pending.clear()
+        owned.drained.set()
+
     async def ended(self, run: RunState) -> None:
+        try:
+            await self._end(run)
+        except UNREACHABLE as error:  # the outbox appends the terminal event once Redis is back
+            log.warning("run %s ended; Redis unreachable to mark it (%s)", run.run_id, error)
+            freed = self._freed.pop(run.run_id, None)
+            if freed is not None:
+                freed.set()
+
+    async def _end(self, run: RunState) -> None:
         owned = self._runs.get(run.run_id)
         if owned is not None and owned.live:
             await owned.wait_drained(self.reply_timeout_s)
@@ -346,7 +418,10 @@ class RedisRunBus:
         owned = self._runs.get(run.run_id)
         if owned is not None and owned.fenced:
             return
-        await self._compare_delete(keys=[self.keys.settling(run.chat_id)], args=[run.run_id])
+        try:
+            await self._compare_delete(keys=[self.keys.settling(run.chat_id)], args=[run.run_id])
+        except UNREACHABLE as error:  # the settling mark expires by itself
+            log.warning("run %s settled; Redis unreachable to say so (%s)", run.run_id, error)
 
     async def release(self, run_id: str) -> None:
         freed = self._freed.pop(run_id, None)
@@ -387,6 +462,8 @@ class RedisRunBus:
         for o, renewed in zip(owned, results[1:], strict=True):
             if isinstance(renewed, Exception):
                 log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
+            elif int(renewed) == scripts.GONE:
+                self._unknown(o)
             elif not int(renewed):
                 self._fence(o)
 
@@ -462,10 +539,15 @@ class RedisRunBus:
         run = self._here(run_id)
         if run is not None:
             return ref(run)
-        meta = await self._meta(run_id)
+        async with self._reaching("find"):
+            meta = await self._meta(run_id)
         return meta.ref if meta is not None else None
 
     async def active_of(self, chat_id: str) -> RunRef | None:
+        async with self._reaching("active_of"):
+            return await self._active_of(chat_id)
+
+    async def _active_of(self, chat_id: str) -> RunRef | None:
         for _ in range(5):
             found = await self._active(keys=[self.keys.claim(chat_id)], args=[self.keys.prefix])
             if not found:
@@ -493,7 +575,8 @@ class RedisRunBus:
             pipe = self.redis.pipeline(transaction=True)
             pipe.hget(self.keys.meta(run_id), "status")
             pipe.exists(self.keys.lease(run_id))
-            status, leased = await pipe.execute()
+            async with self._reaching("wait_ended"):
+                status, leased = await pipe.execute()
             if status is None or _text(status) == ENDED:
                 return
             if not leased:
@@ -504,7 +587,10 @@ class RedisRunBus:
     async def wait_settled(self, chat_id: str) -> None:
         deadline = time.monotonic() + SETTLE_WAIT_S
         delay = 0.002
-        while await self.redis.exists(self.keys.settling(chat_id)):
+        while True:
+            async with self._reaching("wait_settled"):
+                if not await self.redis.exists(self.keys.settling(chat_id)):
+                    return
             if time.monotonic() >= deadline:
                 log.warning("chat %s: its last run did not settle in %gs", chat_id, SETTLE_WAIT_S)
                 return
@@ -515,7 +601,8 @@ class RedisRunBus:
         run = self._here(run_id)
         if run is not None:
             return run.follow(after_seq)
-        mirror = await self._mirror(run_id)
+        async with self._reaching("follow"):
+            mirror = await self._mirror(run_id)
         return mirror.follow(after_seq) if mirror is not None else None
 
     async def _mirror(self, run_id: str) -> Mirror | None:
@@ -589,7 +676,9 @@ class RedisRunBus:
             mirror.progress_at = now
             if entries:
                 continue  # the next read brings them
-            if status is None or _text(status) == ENDED:
+            if status is None and mirror.events:  # Redis lost the run (restarted empty)
+                mirror.extend(_vanished(mirror))
+            elif status is None or _text(status) == ENDED:
                 mirror.finish()  # nothing after what was read, and nothing more will come
             elif not leased:
                 task = asyncio.create_task(self.declare_lost(mirror.run_id))
@@ -612,7 +701,11 @@ class RedisRunBus:
         if meta is None:
             return False
         logged = _events_of(await self.redis.xrange(self.keys.events(run_id)))
-        closing = _closing_events(meta, logged)
+        lost = OwnerLost(
+            f"replica {meta.replica} executing the run was lost (its lease expired)",
+            replica=meta.replica,
+        )
+        closing = _closing_events(meta.run_id, meta.chat_id, logged, lost)
         top = logged[-1].seq if logged else 0
         args: list[Any] = [fence, self.stream_maxlen, run_id, top, round(self.lost_ttl_s * 1000), 0]
         for event in closing:
@@ -649,7 +742,12 @@ class RedisRunBus:
         if not command.run_id or self._here(command.run_id) is not None:
             return self._submit_here(command)
         self.waits.check(command)
-        meta = await self._meta(command.run_id)
+        async with self._reaching("submit"):
+            meta = await self._meta(command.run_id)
+        async with self._reaching("submit", timed=False):  # the owner's answer bounds it
+            return await self._forward_submit(command, meta)
+
+    async def _forward_submit(self, command: SubmitCommand, meta: _Meta | None) -> SubmitResult:
         if (
             meta is None
             or (command.chat_id and command.chat_id != meta.chat_id)
@@ -687,9 +785,15 @@ class RedisRunBus:
         run = self._here(run_id)
         if run is not None:
             return run.cancel(reason)
-        meta = await self._meta(run_id)
+        async with self._reaching("cancel"):
+            meta = await self._meta(run_id)
         if meta is None:
             return None
+        async with self._reaching("cancel", timed=False):  # the owner's answer bounds it
+            return await self._forward_cancel(meta, reason)
+
+    async def _forward_cancel(self, meta: _Meta, reason: str) -> bool | None:
+        run_id = meta.run_id
         if meta.status == ENDED:
             return False
         if meta.status == LOST or await self._lost(meta):
@@ -742,9 +846,22 @@ class RedisRunBus:
         return answer
 
 
-def _closing_events(meta: _Meta, logged: Sequence[Event]) -> list[Event]:
+def _vanished(mirror: Mirror) -> list[Event]:
+    """How a follower sees a run end whose stream and meta Redis lost (it restarted empty):
+    the open blocks' ends and `run.error` BUS_UNAVAILABLE; the run's log, once it ended on
+    the replica that executed it, is in the run log."""
+    error = BusUnavailable(
+        "the run bus (Redis) lost this run's events; attach again for the run's log",
+        operation="follow",
+    )
+    return _closing_events(mirror.run_id, mirror.events[0].chat_id, mirror.events, error)
+
+
+def _closing_events(
+    run_id: str, chat_id: str, logged: Sequence[Event], error: AgwError
+) -> list[Event]:
     """The `*.end`s of the blocks `logged` leaves open (innermost first) and a terminal
-    `run.error` OWNER_LOST, numbered after the last logged event."""
+    `run.error` of `error`, numbered after the last logged event."""
     open_blocks: dict[str, Event] = {}
     for event in logged:
         name = event.WhichOneof("payload")
@@ -752,10 +869,6 @@ def _closing_events(meta: _Meta, logged: Sequence[Event]) -> list[Event]:
             open_blocks[getattr(getattr(event, name), BLOCKS[name][1])] = event
         elif name in BLOCK_ENDS:
             open_blocks.pop(getattr(getattr(event, name), BLOCK_ENDS[name]), None)
-    error = OwnerLost(
-        f"replica {meta.replica} executing the run was lost (its lease expired)",
-        replica=meta.replica,
-    )
     closing = [events.end_of(start) for start in reversed(open_blocks.values())]
     closing.append(events.run_error(error.reason, error.message, error.metadata))
     seq = logged[-1].seq if logged else 0
@@ -765,6 +878,6 @@ def _closing_events(meta: _Meta, logged: Sequence[Event]) -> list[Event]:
         event.seq = seq
         event.type = EVENT_TYPES[event.WhichOneof("payload") or ""]
         event.timestamp = now
-        event.chat_id = meta.chat_id
-        event.run_id = meta.run_id
+        event.chat_id = chat_id
+        event.run_id = run_id
     return closing

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 #: A run's status in its meta: executing, its owner declared lost (ending), ended.
 RUNNING, LOST, ENDED = "running", "lost", "ended"
+#: What APPEND and RENEW answer when the run's meta is gone (Redis lost its data).
+GONE = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,8 @@ redis.call('SADD', KEYS[4], ARGV[1])
 return ''
 """
 
-#: Appends events (seq, data pairs) when the fence holds (else 0), skipping those already
+#: Appends events (seq, data pairs) when the fence holds (else 0; -2 when the run's meta is
+#: gone: Redis lost its data), skipping those already
 #: there (a retried append); -1 when the stream does not end at the expected seq (ARGV[4];
 #: '' for any). With an end time-to-live (ARGV[5] > 0) the run ends: its status, expiries,
 #: lease, active set, and its chat claim, if still the run's, freed and marked settling for
@@ -97,7 +100,9 @@ return ''
 #: KEYS: `Keys.appending`; ARGV: fence, maxlen, run, expected last seq, end ttl ms, settle ms,
 #: seq1, data1, seq2, data2, ...
 APPEND = """
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if fence == false then return -2 end
+if fence ~= ARGV[1] then return 0 end
 local top = 0
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last > 0 then top = tonumber(string.sub(last[1][1], 3)) end
@@ -122,9 +127,12 @@ end
 return 1
 """
 
-#: Renews a lease while the fence holds (1), else 0. KEYS: meta, lease; ARGV: fence, value, ms
+#: Renews a lease while the fence holds (1), else 0; -2 when the run's meta is gone (Redis
+#: lost its data). KEYS: meta, lease; ARGV: fence, value, ms
 RENEW = """
-if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if fence == false then return -2 end
+if fence ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """

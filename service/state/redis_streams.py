@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from service.core.events import TERMINALS, Event
 from service.core.runstate import RunState
+from service.state.redis_scripts import GONE
 
 log = logging.getLogger("agw.bus")
 
@@ -63,7 +64,8 @@ class Owned:
         return True
 
 
-#: Appends each run's events; per run: 1 appended, 0 fenced out, an exception to retry.
+#: Appends each run's events; per run: 1 appended, 0 fenced out, -2 (`GONE`) unknown to
+#: Redis (it lost its data), an exception to retry.
 Append = Callable[[Sequence[tuple[Owned, list[Event]]]], Awaitable[list[object]]]
 
 
@@ -74,10 +76,12 @@ class Outbox:
         self,
         append: Append,
         fence: Callable[[Owned], None],
+        unknown: Callable[[Owned], None],
         writable: Callable[[], Awaitable[None]],
     ) -> None:
         self._append = append
         self._fence = fence
+        self._unknown = unknown
         self._writable = writable
         self._ready: dict[str, Owned] = {}  # the runs with events waiting, by id
         self._wake = asyncio.Event()
@@ -121,7 +125,9 @@ class Outbox:
                             self._ready.setdefault(owned.run.run_id, owned)
                         continue
                     del owned.pending[: len(events)]
-                    if not result:
+                    if result == GONE:
+                        self._unknown(owned)
+                    elif not result:
                         self._fence(owned)
                     elif events and is_terminal(events[-1]):
                         owned.published_end = True

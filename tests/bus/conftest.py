@@ -32,12 +32,13 @@ from agw.v1 import gateway_pb2_grpc
 from service.core.agent_registry import AgentRegistry
 from service.core.frontdoor import FrontDoor, FrontDoorOptions
 from service.core.tools.registry import ToolRegistry
-from service.core.uploads import UploadStore
+from service.core.uploads import Uploads
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
 from service.state.memory import MemoryChatStore, MemoryRunLog
 from service.state.redis_bus import RedisRunBus
+from service.state.upload_files import FileUploadStore
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
 from tests.core.tools.kit import agent, tools, write_ui_tools
@@ -195,7 +196,7 @@ async def started(
                 chats=chats,
                 run_log=run_log,
                 bus=bus,
-                uploads=UploadStore(tmp_path / name / "uploads", 1 << 20),
+                uploads=Uploads(FileUploadStore(tmp_path / name / "uploads"), 1 << 20),
                 tools=tool_registry,
                 options=FrontDoorOptions(retention_s=retention_s),
             )

@@ -8,15 +8,22 @@ from pathlib import Path
 import pytest
 
 from service.core import events
-from service.core.errors import ChatNotFound
-from service.core.ports import ChatStore, RunLog
-from service.state import CHAT_STORES, RUN_LOGS, StateOptions
+from service.core.commands import ANONYMOUS, Principal
+from service.core.errors import ChatNotFound, NotFound
+from service.core.ports import ChatStore, RunLog, UploadStore
+from service.core.uploads import StoredUpload, Uploads
+from service.state import CHAT_STORES, RUN_LOGS, UPLOAD_STORES, StateOptions
 
 
 def options(request: pytest.FixtureRequest, tmp_path: Path) -> StateOptions:
     """Options for the backend under test; the postgres ones get a database of their own."""
     dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else ""
-    return StateOptions(chats_dir=tmp_path / "chats", runs_dir=tmp_path / "runs", postgres_dsn=dsn)
+    return StateOptions(
+        chats_dir=tmp_path / "chats",
+        runs_dir=tmp_path / "runs",
+        uploads_dir=tmp_path / "uploads",
+        postgres_dsn=dsn,
+    )
 
 
 def query(chat_id: str, run_id: str, message: str, ts: int) -> dict:
@@ -56,6 +63,14 @@ async def run_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     await log.open()
     yield log
     await log.close()
+
+
+@pytest.fixture(params=sorted(UPLOAD_STORES))
+async def uploads(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[UploadStore]:
+    store = UPLOAD_STORES[request.param](options(request, tmp_path))
+    await store.open()
+    yield store
+    await store.close()
 
 
 async def test_chat_store_appends_reads_summarises_and_pages(chats: ChatStore) -> None:
@@ -99,3 +114,48 @@ async def test_run_log_keeps_the_events_of_ended_runs(run_log: RunLog) -> None:
         event.seq, event.run_id, event.type = seq, "0123456789abcdef", "x"
     await run_log.save("0123456789abcdef", log)
     assert await run_log.load("0123456789abcdef") == log
+
+
+async def test_upload_store_keeps_description_and_bytes(uploads: UploadStore) -> None:
+    assert await uploads.get("f_0123456789abcdef") is None
+    content = bytes(range(256)) * 3 + b"\x00end"  # every byte value, NUL included
+    kept = StoredUpload(
+        id="f_0123456789abcdef",
+        name="résumé.bin",
+        type="file",
+        mime_type="application/octet-stream",
+        size_bytes=len(content),
+        sha256="ab" * 32,
+        chat_id="c1",
+        owner={"tenant": "acme", "subject": "ada"},
+    )
+    anonymous = StoredUpload(
+        id="f_fedcba9876543210",
+        name="a.png",
+        type="image",
+        mime_type="image/png",
+        size_bytes=0,
+        sha256="cd" * 32,
+        chat_id="",
+    )
+    await uploads.put(kept, content)
+    await uploads.put(anonymous, b"")
+    assert await uploads.get(kept.id) == (kept, content)
+    assert await uploads.get(anonymous.id) == (anonymous, b"")
+    assert await uploads.get("f_0000000000000000") is None
+
+
+async def test_uploads_through_the_port_are_found_by_their_owner_only(
+    uploads: UploadStore,
+) -> None:
+    service = Uploads(uploads, max_bytes=1024)
+    ada = Principal("acme", "ada")
+    png = b"\x89PNG\r\n\x1a\n" + b"\x01" * 8
+    saved = await service.save("pic", png, "text/plain", "", owner=ada)
+    assert (saved.type, saved.mime_type, saved.size_bytes) == ("image", "image/png", 16)
+    assert await service.get(saved.id, ada) == (saved, png)
+    for other in (ANONYMOUS, Principal("acme", "bob")):
+        with pytest.raises(NotFound):
+            await service.get(saved.id, other)
+    mine = await service.save("notes.txt", b"hello", "", "")
+    assert await service.get(mine.id) == (mine, b"hello")

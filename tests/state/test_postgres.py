@@ -22,6 +22,7 @@ from service.core import events
 from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound, StoreFailed
 from service.state.pg_schema import Migration, migrate, migrations, open_pool
+from service.state.pg_uploads import PostgresUploadStore
 from service.state.postgres import PostgresChatStore, PostgresRunLog
 from service.testing_servers import PostgresServer
 from tests.state.test_ports import query, step
@@ -50,14 +51,18 @@ async def tables(dsn: str) -> list[str]:
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
-    assert [m.version for m in migrations()] == [1]
+    assert [m.version for m in migrations()] == [1, 2]
     connection = await asyncpg.connect(postgres_dsn)
     try:
-        assert await migrate(connection) == [1]
+        assert await migrate(connection) == [1, 2]
         assert await migrate(connection) == []
     finally:
         await connection.close()
-    for backend in (PostgresChatStore(postgres_dsn), PostgresRunLog(postgres_dsn, 60.0)):
+    for backend in (
+        PostgresChatStore(postgres_dsn),
+        PostgresRunLog(postgres_dsn, 60.0),
+        PostgresUploadStore(postgres_dsn),
+    ):
         await backend.open()
         await backend.close()
     assert await tables(postgres_dsn) == [
@@ -67,6 +72,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         "run_logs",
         "runs",
         "schema_migrations",
+        "uploads",
     ]
 
 
@@ -76,9 +82,11 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
     connections = [await asyncpg.connect(postgres_dsn) for _ in range(6)]
     try:
         applied = await asyncio.gather(*(migrate(c) for c in connections))
-        assert sorted(applied) == [[], [], [], [], [], [1]]
-        rows = await connections[0].fetch("SELECT version, name FROM schema_migrations")
-        assert [tuple(row) for row in rows] == [(1, "initial")]
+        assert sorted(applied) == [[], [], [], [], [], [1, 2]]
+        rows = await connections[0].fetch(
+            "SELECT version, name FROM schema_migrations ORDER BY version"
+        )
+        assert [tuple(row) for row in rows] == [(1, "initial"), (2, "uploads")]
     finally:
         for connection in connections:
             await connection.close()
@@ -90,13 +98,13 @@ async def test_a_new_migration_applies_on_top_and_a_broken_one_leaves_nothing(
     connection = await asyncpg.connect(postgres_dsn)
     try:
         await migrate(connection)
-        later = Migration(2, "notes", "CREATE TABLE notes (chat_id text, note text)")
-        assert await migrate(connection, [*migrations(), later]) == [2]
-        broken = Migration(3, "broken", "CREATE TABLE half (x int); SELECT no_such_column;")
+        later = Migration(100, "notes", "CREATE TABLE notes (chat_id text, note text)")
+        assert await migrate(connection, [*migrations(), later]) == [100]
+        broken = Migration(101, "broken", "CREATE TABLE half (x int); SELECT no_such_column;")
         with pytest.raises(asyncpg.UndefinedColumnError):
             await migrate(connection, [*migrations(), later, broken])
         versions = await connection.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [row["version"] for row in versions] == [1, 2]
+        assert [row["version"] for row in versions] == [1, 2, 100]
     finally:
         await connection.close()
     assert "half" not in await tables(postgres_dsn)
@@ -359,7 +367,7 @@ async def test_run_logs_expire_and_are_pruned(postgres_dsn: str) -> None:
 async def test_a_pool_is_migrated_before_it_is_handed_out(postgres_dsn: str) -> None:
     pool = await open_pool(postgres_dsn, max_size=2)
     try:
-        assert await pool.fetchval("SELECT count(*) FROM schema_migrations") == 1
+        assert await pool.fetchval("SELECT count(*) FROM schema_migrations") == len(migrations())
     finally:
         await pool.close()
 

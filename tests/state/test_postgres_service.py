@@ -2,11 +2,15 @@
 
 What one replica recorded, the other reads: a chat started on A is continued on
 B with its history, listed and shown on both, an ended run of A is re-attached
-on B, ownership holds across them, and stopping a service closes its pools.
+on B, a file uploaded through A is referenced by a query on B, ownership holds
+across them, and stopping a service closes its pools.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -101,6 +105,39 @@ async def test_an_ended_run_of_one_replica_is_attached_on_another(
         assert [e async for e in b.stub.Attach(request)] == live[after:]
 
 
+async def test_a_file_uploaded_on_one_replica_is_referenced_on_another(
+    tmp_path: Path, agents_dir: Path, provider: LoopbackProvider, postgres_dsn: str
+) -> None:
+    settings = on_postgres(postgres_dsn, auth_api_keys=KEYS)
+    async with (  # each replica on a disk of its own: only the database is shared
+        Harness.start(agents_dir, provider, data_dir=tmp_path / "a", **settings) as a,
+        Harness.start(agents_dir, provider, data_dir=tmp_path / "b", **settings) as b,
+    ):
+        reply = await a.stub.Upload(
+            gw.UploadRequest(name="notes.txt", content=b"the key is under the mat"),
+            metadata=ALICE,
+        )
+        reference = reply.reference
+        assert not (tmp_path / "a" / "uploads").exists()  # kept in the database
+        provider.enqueue(answer("Under the mat."))
+        request = gw.QueryRequest(agent_key="plain", message="Where is the key?")
+        request.references.append(reference)
+        events = [e async for e in b.stub.Query(request, metadata=ALICE)]
+        assert events[0].request_query.references[0].id == reference.id
+        assert events[-1].type == "run.complete"
+        assert provider.requests[-1]["messages"][-1] == {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Where is the key?"},
+                {"type": "text", "text": "[file notes.txt]\nthe key is under the mat"},
+            ],
+        }
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # not Bob's upload, on any replica
+            [e async for e in b.stub.Query(request, metadata=BOB)]
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(provider.requests) == 1
+
+
 async def test_ownership_holds_across_replicas(
     agents_dir: Path, provider: LoopbackProvider, postgres_dsn: str
 ) -> None:
@@ -143,7 +180,7 @@ async def test_stopping_a_service_closes_its_connections(
         async with Harness.start(agents_dir, provider, **on_postgres(postgres_dsn)) as gateway:
             provider.enqueue(answer("hi"))
             await gateway.query("plain", "hello")
-            assert await admin.fetchval(count) >= 2  # a pool each: chats, run logs
+            assert await admin.fetchval(count) >= 3  # a pool each: chats, run logs, uploads
         assert await admin.fetchval(count) == 0
     finally:
         await admin.close()
@@ -168,3 +205,41 @@ async def test_a_lost_database_is_a_store_failure_not_a_crash(
                 await call()
             assert caught.value.code() == grpc.StatusCode.INTERNAL
             assert error_info(caught.value).reason == "STORE_FAILED"
+
+
+async def test_a_database_that_stops_answering_is_a_prompt_store_failure(
+    agents_dir: Path, provider: LoopbackProvider, postgres_dsn: str
+) -> None:
+    settings = on_postgres(postgres_dsn, postgres_timeout_s=1.0)
+    async with Harness.start(agents_dir, provider, **settings) as gateway:
+        provider.enqueue(answer("hi"))
+        events = await gateway.query("plain", "hello")
+        await gateway.app.frontdoor.flush()
+        admin = await asyncpg.connect(postgres_dsn)
+        try:
+            backends = [  # the server processes of the service's connections
+                row["pid"]
+                for row in await admin.fetch(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ]
+        finally:
+            await admin.close()
+        assert backends
+        for pid in backends:
+            os.kill(pid, signal.SIGSTOP)  # they hold their sockets and answer nothing
+        try:
+            began = time.monotonic()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
+            took = time.monotonic() - began
+        finally:
+            for pid in backends:
+                os.kill(pid, signal.SIGCONT)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert error_info(caught.value).reason == "STORE_FAILED"
+        assert "no answer in time" in caught.value.details()
+        assert took < 3.0
+        chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
+        assert chat.chat_name == "hello"  # served again

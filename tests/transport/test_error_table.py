@@ -120,6 +120,7 @@ def test_status_codes_are_the_contract() -> None:
         "PROVIDER_STREAM_ERROR": "UNAVAILABLE",
         "PROVIDER_TIMEOUT": "DEADLINE_EXCEEDED",
         "OWNER_LOST": "UNAVAILABLE",
+        "BUS_UNAVAILABLE": "UNAVAILABLE",
         "STORE_FAILED": "INTERNAL",
         "SANDBOX_UNAVAILABLE": "INTERNAL",
         "PLAN_FAILED": "INTERNAL",

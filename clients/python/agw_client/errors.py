@@ -213,6 +213,11 @@ class OwnerLost(Unavailable):
     not answer a Submit or Cancel in time; retry."""
 
 
+class BusUnavailable(Unavailable):
+    """The gateway's run bus (Redis) is unreachable; nothing was done: retry (in a run:
+    `RunFailed` with this reason)."""
+
+
 class ProviderTimeout(DeadlineExceeded):
     """A provider did not connect or send data in time (in a run: `RunFailed` with this reason)."""
 
@@ -238,6 +243,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_PROVIDER_STREAM_ERROR: ProviderError,
     errors_pb2.ERROR_REASON_PROVIDER_TIMEOUT: ProviderTimeout,
     errors_pb2.ERROR_REASON_OWNER_LOST: OwnerLost,
+    errors_pb2.ERROR_REASON_BUS_UNAVAILABLE: BusUnavailable,
     errors_pb2.ERROR_REASON_STORE_FAILED: Internal,
     errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
     errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,

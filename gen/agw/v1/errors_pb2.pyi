@@ -96,6 +96,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     its lease (it died or was cut off) and another replica ended the run; also
     a Submit or Cancel that the run's replica did not answer in time.
     """
+    ERROR_REASON_BUS_UNAVAILABLE: _ErrorReason.ValueType  # 45
+    """UNAVAILABLE, "run.error": the run bus (Redis, with AGW_RUN_BUS=redis) could
+    not be reached or did not answer in time; nothing was started or changed
+    (metadata `operation`). Retry: the service serves again once it is back.
+    """
     ERROR_REASON_STORE_FAILED: _ErrorReason.ValueType  # 50
     """INTERNAL: a chat file could not be made durable; the chat accepts no more
     appends.
@@ -180,6 +185,11 @@ ERROR_REASON_OWNER_LOST: ErrorReason.ValueType  # 44
 """UNAVAILABLE, "run.error": the replica executing the run stopped renewing
 its lease (it died or was cut off) and another replica ended the run; also
 a Submit or Cancel that the run's replica did not answer in time.
+"""
+ERROR_REASON_BUS_UNAVAILABLE: ErrorReason.ValueType  # 45
+"""UNAVAILABLE, "run.error": the run bus (Redis, with AGW_RUN_BUS=redis) could
+not be reached or did not answer in time; nothing was started or changed
+(metadata `operation`). Retry: the service serves again once it is back.
 """
 ERROR_REASON_STORE_FAILED: ErrorReason.ValueType  # 50
 """INTERNAL: a chat file could not be made durable; the chat accepts no more

@@ -1,0 +1,48 @@
+"""The file `UploadStore`: one directory per upload, under the uploads directory.
+
+`{dir}/{id}/content` holds the bytes and `{dir}/{id}/meta.json` the description.
+For one process, or for replicas that share the directory (a network file system
+mounted on every host); replicas on separate disks want the PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from service.core.uploads import StoredUpload
+
+
+class FileUploadStore:
+    """Uploads under a directory (`AGW_UPLOAD_STORE=files`, the default)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def put(self, upload: StoredUpload, content: bytes) -> None:
+        await asyncio.to_thread(self._write, upload, content)
+
+    def _write(self, upload: StoredUpload, content: bytes) -> None:
+        folder = self.directory / upload.id
+        folder.mkdir(parents=True)
+        (folder / "content").write_bytes(content)
+        # The description last: an upload without one is not found (a write cut short).
+        (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
+
+    async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
+        folder = self.directory / upload_id
+        try:
+            meta, content = await asyncio.to_thread(
+                lambda: ((folder / "meta.json").read_text(), (folder / "content").read_bytes())
+            )
+        except FileNotFoundError:
+            return None
+        return StoredUpload(**json.loads(meta)), content
