@@ -93,7 +93,7 @@ async def test_an_unknown_agent_has_no_card_and_no_endpoint(service: A2AService)
     with pytest.raises(InvalidParamsError) as refused:
         await collect(client.send_message(user_message(text("Hi"))))
     assert "unknown agent 'nope'" in refused.value.message
-    assert refused.value.data == {"status": "NOT_FOUND"} | (refused.value.data or {})
+    assert refused.value.data == {"agent_key": "nope", "status": "NOT_FOUND"}
 
 
 # Streaming ---------------------------------------------------------------------------
