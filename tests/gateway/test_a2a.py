@@ -307,3 +307,14 @@ async def test_a_run_error_fails_the_task(service: A2AService) -> None:
     failed = responses[-1].status_update
     assert "500" in failed.status.message.parts[0].text
     assert as_dict(failed.metadata)["error"]["reason"] == "PROVIDER_ERROR"
+
+
+async def test_subscribing_replays_the_task_from_its_start(service: A2AService) -> None:
+    service.provider.enqueue(answer_turn("Hel", "lo", reasoning="Hm"))
+    client = await service.client("plain")
+    first = await collect(client.send_message(user_message(text("Hi"))))
+    again = await collect(client.subscribe(a2a.SubscribeToTaskRequest(id=first[0].task.id)))
+    assert [brief(r) for r in again] == ONESHOT
+    assert [as_dict(r) for r in again[1:]] == [as_dict(r) for r in first[1:]]
+    with pytest.raises(TaskNotFoundError):
+        await collect(client.subscribe(a2a.SubscribeToTaskRequest(id="nope")))
