@@ -33,6 +33,7 @@ AGENTS = {
     ),
     "ui": agent(toolConfig=tools(frontends=("pick",))),
     "slow": agent(toolConfig=tools("forever")),
+    "asker": agent(toolConfig=tools("ask_user")),
 }
 
 

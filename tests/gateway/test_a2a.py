@@ -236,6 +236,41 @@ async def test_a_frontend_tool_asks_for_input_and_a_follow_up_answers_it(
     assert "is in a terminal state" in again.value.message
 
 
+async def test_a_question_asks_for_input_and_a_text_answers_it(service: A2AService) -> None:
+    arguments = '{"question": "Which city?", "options": ["Oslo", "Rome"]}'
+    service.provider.enqueue(call_turn(("call_q", "ask_user", arguments)), answer_turn("Rome."))
+    client = await service.client("asker")
+    asked = await collect(client.send_message(user_message(text("Plan a trip"))))
+    assert [brief(r) for r in asked][-2:] == [
+        ("status", "working", "tool.end"),
+        ("status", "input_required", "Which city?\n- Oslo\n- Rome"),
+    ]
+    wait = as_dict(asked[-1].status_update.status.message.parts[1].data)
+    assert wait == {
+        "waitId": wait["waitId"],
+        "waitType": "question",
+        "question": "Which city?",
+        "options": ["Oslo", "Rome"],
+    }
+    assert wait["waitId"].startswith("q_")
+    with pytest.raises(InvalidParamsError) as empty:
+        await collect(client.send_message(user_message(text(""), task_id=asked[0].task.id)))
+    assert "no text and no data" in empty.value.message
+    answer = user_message(text("Rome"), task_id=asked[0].task.id)
+    answer.message.metadata.update({"waitId": wait["waitId"]})
+    answered = await collect(client.send_message(answer))
+    assert [brief(r) for r in answered] == [
+        ("task", "working"),
+        ("status", "working", "request.submit"),
+        ("status", "working", "question.answer"),
+        ("status", "working", "tool.result"),
+        ("artifact", "Rome.", False, False),
+        ("artifact", "Rome.", False, True),
+        ("status", "completed"),
+    ]
+    assert as_dict(answered[2].status_update.status.message.parts[0].data)["answer"] == "Rome"
+
+
 async def test_a_non_streaming_send_returns_the_folded_task(service: A2AService) -> None:
     service.provider.enqueue(
         call_turn(("call_f", "pick", '{"question":"Which one?","options":["a","b"]}')),

@@ -18,7 +18,8 @@ chat). A run that waits for the user (a frontend tool, a question, a permission,
 a plan approval) ends the stream with `input-required`; a message naming the
 task answers the wait (`Submit`: the message's data part, else its text) and
 streams the rest of the run (`Attach`, from after the wait). A message whose
-`metadata.waitId` names a wait answers that one, else the first one open.
+`metadata.waitId` names a wait answers that one, else the first one open; sent
+while the run works, it answers the run's next wait.
 """
 
 from __future__ import annotations
@@ -197,10 +198,10 @@ class A2AEndpoint:
 
     async def _answer(self, message: UserMessage, metadata: Metadata) -> _Turn:
         """Submit the answer to the task's open wait; the turn streams what follows it."""
+        payload = _payload_of(message)
+        wanted = message.metadata.get("waitId")
         call = self.stub.Attach(gw.AttachRequest(run_id=message.task_id), metadata=metadata)
         fold = TaskFold()
-        wanted = message.metadata.get("waitId")
-        payload = _payload_of(message)
         try:
             while isinstance(event := await call.read(), pb.Event):
                 fold.apply(event)
@@ -417,6 +418,8 @@ def _task_id(params: dict[str, Any]) -> str:
 
 def _payload_of(message: UserMessage) -> struct_pb2.Value:
     """What a message answers a wait with: its first data part, else its text."""
+    if not message.data and not message.text:
+        raise jsonrpc.params_error("the message has no text and no data to answer with")
     value = struct_pb2.Value()
     answer: Any = message.data[0] if message.data else message.text
     try:
