@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -53,9 +52,10 @@ from service.gateway.a2a.dialect import (
     dialect_of,
 )
 from service.gateway.a2a.jsonrpc import RpcError
+from service.gateway.a2a.stream import SseWriter, Turn
 from service.gateway.a2a.task import TaskFold
 from service.gateway.metadata import Metadata, metadata_of
-from service.gateway.sse import HEADERS, HEARTBEAT, ClientGone
+from service.gateway.sse import ClientGone
 from service.gateway.status import rpc_failure, shown
 from service.gateway.transcode import BadRequest
 
@@ -167,7 +167,7 @@ class A2AEndpoint:
 
     # -- a turn: a new run, or an answer to a waiting one -------------------------------
 
-    async def _begin(self, key: str, message: UserMessage, metadata: Metadata) -> _Turn:
+    async def _begin(self, key: str, message: UserMessage, metadata: Metadata) -> Turn:
         """Start the turn; failures before anything streamed raise `RpcError`."""
         if message.task_id:
             return await self._answer(message, metadata)
@@ -194,9 +194,9 @@ class A2AEndpoint:
             raise jsonrpc.from_status(error) from None
         if not isinstance(first, pb.Event):
             raise RpcError(jsonrpc.INTERNAL_ERROR, "the run ended before it started")
-        return _Turn(call, fold, fold.apply(first))
+        return Turn(call, fold, fold.apply(first))
 
-    async def _answer(self, message: UserMessage, metadata: Metadata) -> _Turn:
+    async def _answer(self, message: UserMessage, metadata: Metadata) -> Turn:
         """Submit the answer to the task's open wait; the turn streams what follows it."""
         payload = _payload_of(message)
         wanted = message.metadata.get("waitId")
@@ -225,7 +225,7 @@ class A2AEndpoint:
                 )
                 if reply.accepted:
                     fold.resume()
-                    return _Turn(call, fold, [("task", fold.task())])
+                    return Turn(call, fold, [("task", fold.task())])
         except grpc.aio.AioRpcError as error:
             call.cancel()
             raise jsonrpc.from_status(error) from None
@@ -266,7 +266,7 @@ class A2AEndpoint:
             raise jsonrpc.from_status(error) from None
         if not isinstance(first, pb.Event):
             raise RpcError(jsonrpc.TASK_NOT_FOUND, f"no task {shown(task_id)!r}")
-        turn = _Turn(attach, fold, fold.apply(first))
+        turn = Turn(attach, fold, fold.apply(first))
         return await self._relay(request, call, dialect, turn, stop_when_waiting=False)
 
     async def _relay(
@@ -274,11 +274,11 @@ class A2AEndpoint:
         request: web.Request,
         call: jsonrpc.Request,
         dialect: Dialect,
-        turn: _Turn,
+        turn: Turn,
         *,
         stop_when_waiting: bool,
     ) -> web.StreamResponse:
-        stream = _SseWriter(request, self.write_timeout_s)
+        stream = SseWriter(request, self.write_timeout_s)
         try:
             await stream.open()
             for update in turn.first:
@@ -360,53 +360,6 @@ class A2AEndpoint:
         finally:
             attach.cancel()
         return fold.task()
-
-
-class _Turn:
-    """A call to the service streaming a task's events, and their fold."""
-
-    def __init__(self, call: Any, fold: TaskFold, first: list[Any]) -> None:
-        self.call = call
-        self.fold = fold
-        self.first = first  # the updates made before the turn was handed over
-
-    async def updates(self) -> AsyncIterator[list[Any]]:
-        """The updates of each further event (empty for a heartbeat), to the run's end."""
-        while True:
-            event = await self.call.read()
-            if event is grpc.aio.EOF:
-                return
-            yield self.fold.apply(event)
-
-
-class _SseWriter:
-    """Server-Sent Events: one `data:` message per JSON-RPC response, written at once."""
-
-    def __init__(self, request: web.Request, write_timeout_s: float) -> None:
-        self.request = request
-        self.write_timeout_s = write_timeout_s
-        self.response = web.StreamResponse(headers=HEADERS)
-
-    async def open(self) -> None:
-        try:
-            await self.response.prepare(self.request)
-        except ConnectionError:
-            raise ClientGone("client gone") from None
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self._write(b"data: " + orjson.dumps(message) + b"\n\n")
-
-    async def comment(self) -> None:
-        await self._write(HEARTBEAT)
-
-    async def _write(self, data: bytes) -> None:
-        try:
-            async with asyncio.timeout(self.write_timeout_s):
-                await self.response.write(data)
-        except TimeoutError:
-            raise ClientGone("write timeout") from None
-        except ConnectionError:
-            raise ClientGone("client gone") from None
 
 
 def _task_id(params: dict[str, Any]) -> str:
