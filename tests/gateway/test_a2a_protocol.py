@@ -7,6 +7,7 @@ protocol version.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -266,3 +267,20 @@ async def test_0_3_objects_carry_their_kinds(service: A2AService) -> None:
             "parts": [{"kind": "text", "text": "a it is"}],
         }
     ]
+
+
+async def test_a_client_that_goes_away_ends_the_call(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    async with a2a_service(tmp_path, provider, disconnect_policy="cancel") as service:
+        provider.enqueue(call_turn(("call_s", "forever", "{}")))
+        body = {**SEND_V1, "method": "SendStreamingMessage"}
+        async with service.http.stream(
+            "POST", service.url("slow"), json=body, headers={"Accept": "text/event-stream"}
+        ) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and '"tool.end"' in line:
+                    break
+            await asyncio.wait_for(service.probe.started.wait(), 10)
+        await asyncio.wait_for(service.probe.cancelled.wait(), 10)
