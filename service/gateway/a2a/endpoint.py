@@ -56,7 +56,7 @@ from service.gateway.a2a.stream import SseWriter, Turn
 from service.gateway.a2a.task import TaskFold
 from service.gateway.metadata import Metadata, metadata_of
 from service.gateway.sse import ClientGone
-from service.gateway.status import rpc_failure, shown
+from service.gateway.status import failure, rpc_failure, shown
 from service.gateway.transcode import BadRequest
 
 log = logging.getLogger("agw.a2a")
@@ -88,7 +88,7 @@ class A2AEndpoint:
                 gw.GetAgentRequest(agent_key=key), metadata=metadata_of(request.headers)
             )
         except BadRequest as error:
-            return _json({"error": str(error)}, 400)
+            return _json(failure(grpc.StatusCode.INVALID_ARGUMENT, str(error)), 400)
         except grpc.aio.AioRpcError as error:
             status, envelope = rpc_failure(error)
             return _json(envelope, status)
@@ -135,13 +135,13 @@ class A2AEndpoint:
                 error.request_id = call_id
             return _json(jsonrpc.failure(error), error.http_status)
         except grpc.aio.AioRpcError as error:
-            failure = jsonrpc.from_status(error)
-            failure.request_id = call_id
-            return _json(jsonrpc.failure(failure), failure.http_status)
+            refusal = jsonrpc.from_status(error)
+            refusal.request_id = call_id
+            return _json(jsonrpc.failure(refusal), refusal.http_status)
         except Exception:
             log.exception("A2A %s failed", shown(request.path))
-            failure = RpcError(jsonrpc.INTERNAL_ERROR, "internal error", request_id=call_id)
-            return _json(jsonrpc.failure(failure), 500)
+            refusal = RpcError(jsonrpc.INTERNAL_ERROR, "internal error", request_id=call_id)
+            return _json(jsonrpc.failure(refusal), 500)
 
     async def _read(self, request: web.Request) -> jsonrpc.Request:
         given = request.headers.get("Content-Type", "")
@@ -192,6 +192,9 @@ class A2AEndpoint:
             first = await call.read()
         except grpc.aio.AioRpcError as error:
             raise jsonrpc.from_status(error) from None
+        except BaseException:
+            call.cancel()
+            raise
         if not isinstance(first, pb.Event):
             raise RpcError(jsonrpc.INTERNAL_ERROR, "the run ended before it started")
         return Turn(call, fold, fold.apply(first))
@@ -292,19 +295,19 @@ class A2AEndpoint:
                     if stop_when_waiting and turn.fold.opened is not None:
                         break
         except grpc.aio.AioRpcError as error:
-            failure = jsonrpc.from_status(error)
-            failure.request_id = call.id
+            refusal = jsonrpc.from_status(error)
+            refusal.request_id = call.id
             log.info("A2A stream of task %s ended with %s", turn.fold.task_id, error.code().name)
-            await stream.send(jsonrpc.failure(failure))
+            await stream.send(jsonrpc.failure(refusal))
         except ClientGone as gone:
             log.info("A2A client of task %s: %s; closing", turn.fold.task_id, gone)
             if request.transport is not None:
                 request.transport.abort()
         except Exception:
             log.exception("A2A stream of task %s failed", turn.fold.task_id)
-            failure = RpcError(jsonrpc.INTERNAL_ERROR, "internal error", request_id=call.id)
+            refusal = RpcError(jsonrpc.INTERNAL_ERROR, "internal error", request_id=call.id)
             with contextlib.suppress(ClientGone):
-                await stream.send(jsonrpc.failure(failure))
+                await stream.send(jsonrpc.failure(refusal))
         finally:
             turn.call.cancel()
         return stream.response
