@@ -426,15 +426,25 @@ class FrontDoor:
         summary = await self.chats.summary(chat_id) if chat_id else None
         return (summary.owner if summary is not None else ANONYMOUS) == principal
 
-    def _arm_unwatched_timer(self, run: RunState) -> None:
+    def _arm_unwatched_timer(self, run: RunState, *, waited: bool = False) -> None:
+        """Cancel `run` once nobody has followed it for `unwatched_run_ttl_s`, unless it
+        waits for a `Submit`: a client answering later (an A2A or AG-UI follow-up, a page
+        reopened) finds it still waiting, bounded by the wait's own time-out, and has one
+        more TTL after the answer to follow it again."""
+
         def expire() -> None:
-            if run.log.subscribers == 0 and not run.done:
-                log.info(
-                    "run %s had no watcher for %.0fs; cancelling",
-                    run.run_id,
-                    self.options.unwatched_run_ttl_s,
-                )
-                run.cancel("abandoned")
+            if run.log.subscribers or run.done:
+                return
+            waiting = bool(self.bus.waiting(run.run_id))
+            if waiting or waited:
+                self._arm_unwatched_timer(run, waited=waiting)
+                return
+            log.info(
+                "run %s had no watcher for %.0fs; cancelling",
+                run.run_id,
+                self.options.unwatched_run_ttl_s,
+            )
+            run.cancel("abandoned")
 
         asyncio.get_running_loop().call_later(self.options.unwatched_run_ttl_s, expire)
 

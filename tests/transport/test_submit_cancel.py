@@ -114,6 +114,31 @@ async def test_a_frontend_wait_times_out_and_the_run_goes_on(
     assert "timed out" in late.detail
 
 
+async def test_a_run_waiting_for_submit_outlives_its_unwatched_ttl(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    """A client may leave while a frontend tool waits and answer later (A2A, AG-UI, a page
+    reopened): the run is not cancelled as abandoned while it waits; answered and followed
+    again, it goes on."""
+    provider.enqueue(call_turn(("call_f", "pick", "{}")), answer_turn("a it is"))
+    async with tool_gateway(
+        tmp_path, provider, AGENTS, unwatched_run_ttl_s=0.1, frontend_wait_timeout_s=30
+    ) as gateway:
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="ui", message="Choose"))
+        events: list = []
+        end = await until(call, "tool.end", events)
+        call.cancel()
+        run = gateway.app.frontdoor.get_run(end.run_id)
+        await asyncio.sleep(0.5)  # five times the unwatched TTL
+        assert not run.done
+        reply = await submit(gateway, end.run_id, end.tool_end.tool_id, {"choice": "a"})
+        assert reply.outcome == gw.SUBMIT_OUTCOME_ACCEPTED
+        request = gw.AttachRequest(run_id=end.run_id, after_seq=end.seq)
+        rest = [event async for event in gateway.stub.Attach(request)]
+    assert kinds(rest) == ["request.submit", "tool.result", *ANSWER]
+    assert_invariants(events + rest)
+
+
 async def test_submit_answers_precisely(tmp_path: Path, provider: LoopbackProvider) -> None:
     provider.enqueue(answer_turn("Hi"))
     async with tool_gateway(tmp_path, provider, AGENTS, submit_payload_limit_bytes=64) as gateway:
