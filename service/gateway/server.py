@@ -33,7 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
-from service.gateway import codec
+from service.gateway import agui, codec
 from service.gateway.cors import Cors
 from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
 from service.gateway.metadata import metadata_of
@@ -115,6 +115,7 @@ class HttpGateway:
         app.on_response_prepare.append(self.cors.on_prepare)
         for route in self.routes:
             app.router.add_route(route.http_method, route.path, self._handler(route))
+        agui.add_routes(app, self)
         if self.serve_page:
             app.router.add_get("/", _index)
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
