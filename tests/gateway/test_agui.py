@@ -34,6 +34,8 @@ AGENTS = {
     "oneshot": agent(modelConfig=THINKER),
     "react": agent("REACT", toolConfig=tools("echo", "forever")),
     "planner": agent("PLAN_EXECUTE", toolConfig=tools("echo")),
+    "boss": agent("REACT", toolConfig={"agents": ["helper"]}),
+    "helper": agent("REACT", toolConfig=tools("echo"), description="Echoes."),
     "picker": agent(toolConfig=tools("echo", frontends=("pick",), actions=("theme",))),
 }
 
@@ -221,6 +223,31 @@ async def test_plan_execute_as_state_and_steps(
     assert events[-2]["delta"] == [
         {"op": "replace", "path": "/plan/tasks/0/status", "value": "completed"}
     ]
+
+
+async def test_a_subagent_is_attributed(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        call_turn(("h1", "helper", '{"task":"Echo x"}')),
+        call_turn(("c1", "echo", '{"text":"x"}')),
+        answer_turn("x echoed"),
+        answer_turn("Done."),
+    )
+    events = await post(client, "boss", run_input("Echo x"))
+    nested = ["SUBAGENT_STARTED", *CALL, "TOOL_CALL_RESULT", *TEXT, "SUBAGENT_FINISHED"]
+    assert types(events) == [*START, *CALL, *nested, "TOOL_CALL_RESULT", *TEXT, "RUN_FINISHED"]
+    started = events[8]
+    assert started == {
+        **started,
+        "subagentRunId": "h1",
+        "name": "helper",
+        "parentToolCallId": "h1",
+    }
+    assert [e.get("subagentRunId") for e in events[9:17]] == ["h1"] * 8
+    assert events[17] == {**events[17], "type": "SUBAGENT_FINISHED", "subagentRunId": "h1"}
+    assert events[18] == {**events[18], "toolCallId": "h1", "content": "x echoed"}
+    assert "subagentRunId" not in events[18]
 
 
 async def test_a_failed_run_ends_with_run_error(
