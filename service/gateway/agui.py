@@ -17,6 +17,9 @@ calls the service over the adapter's gRPC channel only, like every other route:
   messages answering them is `Submit`ted to that run, and the AG-UI run
   continues its stream (`Attach` after the last event sent) instead of
   starting a new query. A new user message instead interrupts the waiting run.
+- Asks (a permission, a question, a plan approval) the run waits for end the
+  AG-UI run with an `interrupt` outcome; the next input's `resume` entries are
+  submitted as their answers, and the stream continues the same way.
   Waiting runs are remembered by this adapter process (the most recent
   `MAX_WAITING` threads).
 
@@ -28,6 +31,7 @@ and its HTTP status, a failure after it a `RUN_ERROR` event.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections import OrderedDict
@@ -53,6 +57,9 @@ if TYPE_CHECKING:
 PATH = "/api/ag-ui/{agentKey}"
 #: Threads whose run waits for frontend tools, remembered at most (the oldest forgotten).
 MAX_WAITING = 10_000
+#: How often, and how far apart, an answer that came before the run's wait is submitted again.
+SUBMIT_RETRIES = 10
+SUBMIT_RETRY_S = 0.05
 _SERVICE = "/agw.v1.AgentGateway/"
 _JSON_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
 
@@ -72,6 +79,7 @@ class RunInput:
     state: dict[str, Any]
     context: list[Any]
     forwarded_props: dict[str, Any]
+    resume: list[tuple[str, str, Any]]  # (interruptId, status, payload)
 
 
 class AgUiEndpoint:
@@ -99,7 +107,7 @@ class AgUiEndpoint:
         run_input = parse_input(await request.read())
         metadata = metadata_of(request.headers)
         answers = tool_answers(run_input.messages)
-        if answers:
+        if answers or run_input.resume:
             refused = await self._answer(run_input, answers, metadata)
             if refused is not None:
                 return refused
@@ -142,38 +150,60 @@ class AgUiEndpoint:
     async def _answer(
         self, run_input: RunInput, answers: list[tuple[str, Any]], metadata: Metadata
     ) -> web.Response | None:
-        """Submit the answers to the thread's waiting run; an error response if refused."""
+        """Submit the tool results and the interrupts' answers to the thread's waiting run;
+        an error response if one is refused."""
         projection = self.waiting.get(run_input.thread_id)
+        interrupts = {i["id"]: i for i in projection.interrupts} if projection else {}
         pending = projection.pending if projection is not None else []
-        unknown = [call_id for call_id, _ in answers if call_id not in pending]
-        if projection is None or unknown:
-            which = shown(unknown[0] if unknown else answers[0][0])
+        if projection is not None:  # tool messages of earlier runs may still end the messages
+            answers = [(i, payload) for i, payload in answers if i not in projection.answered]
+        replies = [*answers]
+        replies += [(i, _reply(interrupts.get(i), s, p)) for i, s, p in run_input.resume]
+        unknown = [i for i, _ in answers if i not in pending]
+        unknown += [i for i, _, _ in run_input.resume if i not in interrupts]
+        if projection is None or unknown or not replies:
+            which = shown(unknown[0] if unknown else replies[0][0] if replies else "")
             raise BadRequest(
-                f"tool message for {which!r} answers no pending tool call of thread "
+                f"{which!r} answers no pending tool call or interrupt of thread "
                 f"{shown(run_input.thread_id)!r}; end the messages with a user message instead"
             )
-        for call_id, payload in answers:
+        for answer_id, payload in replies:
             submit = gw.SubmitRequest(
                 chat_id=run_input.thread_id,
                 run_id=projection.agw_run_id,
-                tool_id=call_id,
+                tool_id=answer_id,
                 payload=json_format.ParseDict(payload, struct_pb2.Value()),
             )
             try:
-                response = await self.submit(submit, metadata=metadata)
+                response = await self._submit(submit, metadata)
             except grpc.aio.AioRpcError as error:
                 status, envelope = rpc_failure(error)
                 return _envelope(envelope, status)
             if not response.accepted:
                 self.waiting.pop(run_input.thread_id, None)
                 outcome = gw.SubmitOutcome.Name(response.outcome).removeprefix("SUBMIT_OUTCOME_")
-                message = f"tool call {call_id!r} cannot be answered: {outcome}"
+                message = f"{answer_id!r} cannot be answered: {outcome}"
                 detail = f"{message} ({response.detail})" if response.detail else message
                 return _envelope(
                     failure(grpc.StatusCode.FAILED_PRECONDITION, detail, reason=outcome), 400
                 )
-        projection.resume(run_input.run_id, [call_id for call_id, _ in answers])
+        projection.resume(run_input.run_id, [answer_id for answer_id, _ in replies])
         return None
+
+    async def _submit(self, submit: gw.SubmitRequest, metadata: Metadata) -> gw.SubmitResponse:
+        """Submit; an answer that arrives before the run has begun its wait is tried again.
+
+        The AG-UI run ends once the agw run has emitted everything before its wait,
+        and a fast client may answer before the wait is registered (UNKNOWN_TOOL):
+        it is submitted again, up to `SUBMIT_RETRIES` times `SUBMIT_RETRY_S` apart.
+        """
+        response: gw.SubmitResponse = await self.submit(submit, metadata=metadata)
+        for _ in range(SUBMIT_RETRIES):
+            if response.outcome != gw.SUBMIT_OUTCOME_UNKNOWN_TOOL:
+                break
+            await asyncio.sleep(SUBMIT_RETRY_S)
+            response = await self.submit(submit, metadata=metadata)
+        return response
 
     def _remember(self, projection: Projection) -> None:
         """Keep a thread whose run waits for the client's tool results."""
@@ -219,7 +249,7 @@ class ProjectedCall:
                 )
             events = projection.project(message)
             if projection.finished:
-                if projection.pending:
+                if projection.pending or projection.interrupts:
                     self.on_block(projection)
                 return self._end(events)
             if events:
@@ -278,7 +308,23 @@ def parse_input(body: bytes) -> RunInput:
         state if isinstance(state, dict) else {},
         context if isinstance(context, list) else [],
         props if isinstance(props, dict) else {},
+        _resume_entries(data.get("resume")),
     )
+
+
+def _resume_entries(resume: Any) -> list[tuple[str, str, Any]]:
+    """The `resume` entries of an input: (interruptId, status, payload)."""
+    if resume is None:
+        return []
+    entries = []
+    for entry in resume if isinstance(resume, list) else [None]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("interruptId"), str):
+            raise BadRequest("resume must be a list of {interruptId, status, payload?}")
+        status = entry.get("status")
+        if status not in ("resolved", "cancelled"):
+            raise BadRequest("a resume entry's status must be 'resolved' or 'cancelled'")
+        entries.append((entry["interruptId"], status, entry.get("payload")))
+    return entries
 
 
 def tool_answers(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
@@ -305,6 +351,14 @@ def user_text(messages: list[dict[str, Any]]) -> str:
             "answering the thread's pending tool calls)"
         )
     return text
+
+
+def _reply(interrupt: dict[str, Any] | None, status: str, payload: Any) -> Any:
+    """What an interrupt's resume entry submits: its payload, or if it was cancelled a
+    refusal (false for a permission or an approval, null for a question)."""
+    if status == "resolved":
+        return payload
+    return None if interrupt is not None and interrupt["reason"] == "question" else False
 
 
 def _text(content: Any) -> str:

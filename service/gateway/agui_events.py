@@ -26,13 +26,16 @@ One agw delta is one AG-UI event, produced at once. A run whose only open tool
 calls are frontend tools waiting for the user *blocks*: the projection then
 ends the AG-UI run with `RUN_FINISHED` (outcome `success`, the calls in
 `pendingToolCallIds`), while the agw run goes on waiting; a later AG-UI run
-that answers them continues the same projection (`resume`). Before any
+that answers them continues the same projection (`resume`). A run waiting for
+asks (`permission.ask`, `question.ask`, `plan.approval`, each also a `CUSTOM`
+event) ends the AG-UI run the same way, with outcome `interrupt`. Before any
 `RUN_FINISHED`, open steps and subagents are closed, as AG-UI requires.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -76,15 +79,22 @@ class Projection:
     steps: list[str] = field(default_factory=list)  # open steps (task ids), in start order
     subagents: dict[str, str] = field(default_factory=dict)  # open ones: tool id → name
     pending: list[str] = field(default_factory=list)  # frontend calls left to the client
+    asks: dict[str, AgUiEvent] = field(default_factory=dict)  # open asks, as AG-UI interrupts
 
     # -- the run's life --------------------------------------------------------------------
 
     def resume(self, run_id: str, answered: list[str]) -> None:
-        """Continue in a new AG-UI run `run_id`, the client having answered `answered`."""
+        """Continue in a new AG-UI run `run_id`, the client having answered the tool calls
+        and asks `answered`."""
         self.run_id = run_id
         self.started = self.finished = False
         self.answered.update(answered)
         self.pending = []
+
+    @property
+    def interrupts(self) -> list[AgUiEvent]:
+        """The open asks the client has not answered yet."""
+        return [ask for ask_id, ask in self.asks.items() if ask_id not in self.answered]
 
     def project(self, event: pb.Event) -> list[AgUiEvent]:
         """The AG-UI events for `event` (none for a heartbeat), in order."""
@@ -104,10 +114,9 @@ class Projection:
                 if item["type"] in _ATTRIBUTABLE:
                     item["subagentRunId"] = nested
         out.extend(produced)
-        if not self.finished and self._blocked():
-            out.extend(
-                self._finish(event, outcome={"type": "success", "pendingToolCallIds": self.pending})
-            )
+        outcome = None if self.finished else self._blocked()
+        if outcome is not None:
+            out.extend(self._finish(event, outcome=outcome))
         return out
 
     def _run_started(self, event: pb.Event) -> list[AgUiEvent]:
@@ -138,13 +147,31 @@ class Projection:
             **fields,
         )
 
-    def _blocked(self) -> bool:
-        """Whether every open call is an ended frontend call, waiting for the client."""
-        open_calls = [(tool_id, c) for tool_id, c in self.calls.items() if not c.resolved]
-        if not open_calls or not all(c.frontend and c.ended for _, c in open_calls):
-            return False
-        self.pending = [tool_id for tool_id, _ in open_calls if tool_id not in self.answered]
-        return bool(self.pending)
+    def _blocked(self) -> AgUiEvent | None:
+        """The outcome that ends the AG-UI run when the agw run can only wait for the client.
+
+        That is when something waits for the client (a frontend call or an ask it has not
+        answered) and every open call waits for the client too: an ended frontend call, a
+        call whose permission is asked, a call whose nested calls are open, or as many
+        other calls as there are open questions (a question is asked by a running tool).
+        """
+        unresolved = {call_id: c for call_id, c in self.calls.items() if not c.resolved}
+        parents = {c.parent for c in unresolved.values()}
+        frontend = [i for i, c in unresolved.items() if c.frontend and c.ended]
+        asked = {ask.get("toolCallId") for ask in self.asks.values()}
+        busy = [
+            call_id
+            for call_id, c in unresolved.items()
+            if call_id not in frontend and call_id not in asked and call_id not in parents
+        ]
+        questions = sum(1 for ask in self.asks.values() if ask["reason"] == "question")
+        self.pending = [call_id for call_id in frontend if call_id not in self.answered]
+        interrupts = self.interrupts
+        if len(busy) > questions or not (self.pending or interrupts):
+            return None
+        if interrupts:
+            return {"type": "interrupt", "interrupts": interrupts}
+        return {"type": "success", "pendingToolCallIds": self.pending}
 
     def _finish(self, event: pb.Event, **fields: Any) -> list[AgUiEvent]:
         """Close the open steps and subagents, then `RUN_FINISHED` with `fields`."""
@@ -298,6 +325,75 @@ class Projection:
         error = payload.error
         return [_at(event, "RUN_ERROR", message=error.message or error.reason, code=error.reason)]
 
+    def _permission_ask(self, event: pb.Event, payload: Any) -> list[AgUiEvent]:
+        self._ask(
+            event,
+            payload,
+            payload.permission_id,
+            "permission",
+            f"Allow the tool call {payload.tool_name}({payload.arguments})?",
+            payload.timeout_ms,
+            {"type": "boolean"},
+            toolCallId=payload.tool_id,
+        )
+        return self._custom(event, payload)
+
+    def _question_ask(self, event: pb.Event, payload: Any) -> list[AgUiEvent]:
+        answer: dict[str, Any] = {"type": "string"}
+        if payload.options and not payload.allow_free_text:
+            answer["enum"] = list(payload.options)
+        schema = {"type": "array", "items": answer} if payload.multi_select else answer
+        self._ask(
+            event,
+            payload,
+            payload.question_id,
+            "question",
+            payload.question,
+            payload.timeout_ms,
+            schema,
+        )
+        return self._custom(event, payload)
+
+    def _plan_approval(self, event: pb.Event, payload: Any) -> list[AgUiEvent]:
+        self._ask(
+            event,
+            payload,
+            payload.approval_id,
+            "plan_approval",
+            "Approve the plan?",
+            payload.timeout_ms,
+            {"type": "boolean"},
+        )
+        return self._custom(event, payload)
+
+    def _ask(
+        self,
+        event: pb.Event,
+        payload: Any,
+        ask_id: str,
+        reason: str,
+        message: str,
+        timeout_ms: int,
+        schema: dict[str, Any],
+        **fields: Any,
+    ) -> None:
+        """Record an ask of the run as the AG-UI interrupt that answers it."""
+        interrupt = {"id": ask_id, "reason": reason, "message": message, **fields}
+        interrupt["responseSchema"] = schema
+        if timeout_ms:
+            interrupt["expiresAt"] = _iso(event.timestamp + timeout_ms)
+        interrupt["metadata"] = {"agw": {"type": event.type, **codec.to_dict(payload)}}
+        if event.parent_tool_id:
+            interrupt["subagentRunId"] = event.parent_tool_id
+        self.asks[ask_id] = interrupt
+
+    def _answered(self, event: pb.Event, payload: Any) -> list[AgUiEvent]:
+        """An ask answered (or timed out): it no longer holds the run."""
+        for key in ("tool_id", "permission_id", "question_id"):
+            if key in payload.DESCRIPTOR.fields_by_name:
+                self.asks.pop(getattr(payload, key), None)
+        return self._custom(event, payload)
+
     def _custom(self, event: pb.Event, payload: Any) -> list[AgUiEvent]:
         return [_at(event, "CUSTOM", name=event.type, value=codec.to_dict(payload))]
 
@@ -322,6 +418,12 @@ def failed(projection: Projection, message: str, code: str, timestamp: int) -> l
 
 def _at(event: pb.Event, kind: str, **fields: Any) -> AgUiEvent:
     return {"type": kind, "timestamp": event.timestamp, **fields}
+
+
+def _iso(milliseconds: int) -> str:
+    """An instant as ISO 8601 in UTC, to the millisecond."""
+    instant = datetime.fromtimestamp(milliseconds / 1000, tz=UTC)
+    return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _plan(plan_id: str, plan: pb.Plan) -> dict[str, Any]:
@@ -419,4 +521,10 @@ _HANDLERS = {
     "run_complete": Projection._run_complete,
     "run_cancel": Projection._run_cancel,
     "run_error": Projection._run_error,
+    "permission_ask": Projection._permission_ask,
+    "question_ask": Projection._question_ask,
+    "plan_approval": Projection._plan_approval,
+    "request_submit": Projection._answered,
+    "permission_answer": Projection._answered,
+    "question_answer": Projection._answered,
 }

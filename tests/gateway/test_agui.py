@@ -34,6 +34,7 @@ AGENTS = {
     "oneshot": agent(modelConfig=THINKER),
     "react": agent("REACT", toolConfig=tools("echo", "forever")),
     "planner": agent("PLAN_EXECUTE", toolConfig=tools("echo")),
+    "guarded": agent("REACT", toolConfig=tools("echo"), toolPermissions={"echo": "ASK"}),
     "boss": agent("REACT", toolConfig={"agents": ["helper"]}),
     "helper": agent("REACT", toolConfig=tools("echo"), description="Echoes."),
     "picker": agent(toolConfig=tools("echo", frontends=("pick",), actions=("theme",))),
@@ -316,6 +317,45 @@ async def test_a_frontend_tool_round_trip(
     assert "outcome" not in events[-1]
     fed_back = provider.requests[1]["messages"]
     assert {m["tool_call_id"]: m["content"] for m in fed_back if m["role"] == "tool"}["f1"] == "a"
+
+
+@pytest.mark.parametrize(("status", "allowed"), [("resolved", True), ("cancelled", False)])
+async def test_a_permission_is_an_interrupt(
+    client: httpx.AsyncClient, provider: LoopbackProvider, status: str, allowed: bool
+) -> None:
+    provider.enqueue(call_turn(("c1", "echo", '{"text":"a"}')), answer_turn("Done."))
+    first = run_input("Echo a")
+    events = await post(client, "guarded", first)
+    assert types(events) == [*START, *CALL, "CUSTOM", "RUN_FINISHED"]
+    asked = events[-2]["value"]
+    assert events[-2]["name"] == "permission.ask"
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    assert events[-1]["outcome"]["type"] == "interrupt"
+    assert interrupt == {
+        **interrupt,
+        "id": asked["permissionId"],
+        "reason": "permission",
+        "toolCallId": "c1",
+        "message": 'Allow the tool call echo({"text":"a"})?',
+        "responseSchema": {"type": "boolean"},
+    }
+    assert interrupt["expiresAt"].endswith("Z")
+
+    resume = [{"interruptId": interrupt["id"], "status": status, "payload": True}]
+    second = run_input(thread_id=first["threadId"], resume=resume)
+    second["messages"] = first["messages"]
+    events = await post(client, "guarded", second)
+    assert types(events) == [
+        *START[:1],
+        "CUSTOM",
+        "CUSTOM",
+        "TOOL_CALL_RESULT",
+        *TEXT,
+        "RUN_FINISHED",
+    ]
+    assert [e["name"] for e in events[1:3]] == ["request.submit", "permission.answer"]
+    assert events[2]["value"].get("allowed", False) is allowed  # false fields are left out
+    assert events[3]["content"].startswith("Error: the user refused") is not allowed
 
 
 async def test_refusals_answer_the_error_envelope(

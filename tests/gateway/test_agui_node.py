@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from pathlib import Path
@@ -22,17 +23,24 @@ async def test_http_agent_of_ag_ui_client(tmp_path: Path, provider: LoopbackProv
 
     def respond(body: dict[str, Any]) -> list[Any]:
         last = body["messages"][-1]
-        if last["role"] == "tool":
+        offered = {tool["function"]["name"] for tool in body.get("tools", [])}
+        if last["role"] == "tool" and "pick" in offered:
             return [content("You picked "), content(f"{last['content']}."), finish("stop"), DONE]
         if last["content"] == "fail":
             return [HttpError(500, {"error": {"message": "boom"}})]
-        if body.get("tools"):
+        if last["role"] == "tool":
+            return [content(f"You chose {last['content']}."), finish("stop"), DONE]
+        if "ask_user" in offered:
+            question = {"question": "Which color?", "options": ["red", "blue"]}
+            return call_turn(("q1", "ask_user", json.dumps(question)))
+        if "pick" in offered:
             return call_turn(("f1", "pick", '{"options":["a","b"]}'))
         return [reasoning("Hm."), content("Hel"), content("lo"), finish("stop"), DONE]
 
     provider.responder = respond
     agents = tmp_path / "agents"
     write_agent(agents, "plain", agent(modelConfig={"reasoning": {"enabled": True}}))
+    write_agent(agents, "asker", agent("REACT", toolConfig=tools("ask_user")))
     write_agent(agents, "picker", agent(toolConfig=tools(frontends=("pick",))))
     tools_dir = write_ui_tools(tmp_path / "tools")
     async with Harness.start(agents, provider, tools_dir=tools_dir) as service:
@@ -49,4 +57,4 @@ async def test_http_agent_of_ag_ui_client(tmp_path: Path, provider: LoopbackProv
         out, _ = await asyncio.wait_for(process.communicate(), 60)
     report = out.decode()
     assert process.returncode == 0, report
-    assert "# pass 5" in report and "# fail 0" in report, report
+    assert "# pass 6" in report and "# fail 0" in report, report

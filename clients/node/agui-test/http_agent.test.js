@@ -74,6 +74,31 @@ test('a frontend tool is answered through the tool-result flow', async () => {
   assert.deepEqual(newMessages.filter((m) => m.role === 'assistant').map((m) => m.content), ['You picked b.']);
 });
 
+test('a question is an interrupt, answered by resume', async () => {
+  const chat = agent('asker');
+  chat.addMessage({ id: 'u1', role: 'user', content: 'Choose for me' });
+  let interrupts = [];
+  await chat.runAgent({}, {
+    onRunFinishedEvent: (params) => { if (params.outcome === 'interrupt') interrupts = params.interrupts; },
+  });
+  assert.equal(interrupts.length, 1);
+  const [question] = interrupts;
+  assert.equal(question.reason, 'question');
+  assert.equal(question.message, 'Which color?');
+  assert.deepEqual(question.responseSchema, { type: 'string', enum: ['red', 'blue'] });
+  assert.deepEqual(chat.pendingInterrupts.map((i) => i.id), [question.id]);
+
+  await assert.rejects(chat.runAgent(), /pending interrupt/); // the client insists on an answer
+  const rec = recorder();
+  const { newMessages } = await chat.runAgent(
+    { resume: [{ interruptId: question.id, status: 'resolved', payload: 'blue' }] },
+    rec,
+  );
+  assert.deepEqual(rec.seen.finished, [{ outcome: 'success', pending: [] }]);
+  assert.deepEqual(newMessages.filter((m) => m.role === 'assistant' && m.content).map((m) => m.content), ['You chose blue.']);
+  assert.deepEqual(chat.pendingInterrupts, []);
+});
+
 test('a failed run raises RUN_ERROR', async () => {
   const chat = agent('plain');
   chat.addMessage({ id: 'u1', role: 'user', content: 'fail' });
