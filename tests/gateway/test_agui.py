@@ -30,10 +30,13 @@ EVENT = TypeAdapter(Event)
 START = ["RUN_STARTED", "CUSTOM", "CUSTOM", "CUSTOM"]  # request.query, chat.start, run.start
 CALL = ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
 TEXT = ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
+GATED = {"plan": {"systemPrompt": "Plan.", "approval": True}, "execute": {"systemPrompt": "Do."}}
 AGENTS = {
     "oneshot": agent(modelConfig=THINKER),
     "react": agent("REACT", toolConfig=tools("echo", "forever")),
     "planner": agent("PLAN_EXECUTE", toolConfig=tools("echo")),
+    "gated": agent("PLAN_EXECUTE", toolConfig=tools("echo"), planExecute=GATED),
+    "planned_pick": agent("PLAN_EXECUTE", toolConfig=tools(frontends=("pick",))),
     "guarded": agent("REACT", toolConfig=tools("echo"), toolPermissions={"echo": "ASK"}),
     "boss": agent("REACT", toolConfig={"agents": ["helper"]}),
     "helper": agent("REACT", toolConfig=tools("echo"), description="Echoes."),
@@ -249,6 +252,82 @@ async def test_a_subagent_is_attributed(
     assert events[17] == {**events[17], "type": "SUBAGENT_FINISHED", "subagentRunId": "h1"}
     assert events[18] == {**events[18], "toolCallId": "h1", "content": "x echoed"}
     assert "subagentRunId" not in events[18]
+
+
+async def test_a_plan_approval_is_an_interrupt(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        add_tasks("p1", "Echo a"),
+        call_turn(("c1", "echo", '{"text":"a"}')),
+        report("u1", "task_1", "completed", "a echoed"),
+    )
+    first = run_input("Plan it")
+    events = await post(client, "gated", first)
+    assert types(events) == [
+        *START,
+        *CALL,
+        "STATE_SNAPSHOT",
+        "TOOL_CALL_RESULT",
+        "CUSTOM",
+        "RUN_FINISHED",
+    ]
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    assert interrupt["id"] == events[-2]["value"]["approvalId"]
+    assert (interrupt["reason"], interrupt["responseSchema"]) == (
+        "plan_approval",
+        {"type": "boolean"},
+    )
+    assert interrupt["metadata"]["agw"]["plan"]["tasks"][0]["description"] == "Echo a"
+
+    resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": True}]
+    second = run_input(thread_id=first["threadId"], resume=resume)
+    events = await post(client, "gated", second)
+    assert types(events) == [
+        "RUN_STARTED",
+        "CUSTOM",  # request.submit
+        "STEP_STARTED",
+        "STATE_DELTA",
+        *CALL,
+        "TOOL_CALL_RESULT",
+        *CALL,
+        "TOOL_CALL_RESULT",
+        "STEP_FINISHED",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+    ]
+
+
+async def test_a_frontend_tool_in_a_plan_task(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        add_tasks("p1", "Ask the user"),
+        call_turn(("f1", "pick", '{"options":["a","b"]}')),
+        report("u1", "task_1", "completed", "picked"),
+    )
+    first = run_input("Plan it")
+    events = await post(client, "planned_pick", first)
+    planned = [*CALL, "STATE_SNAPSHOT", "TOOL_CALL_RESULT", "STEP_STARTED", "STATE_DELTA"]
+    assert types(events) == [*START, *planned, *CALL, "STEP_FINISHED", "RUN_FINISHED"]
+    pick = events[12]["toolCallId"]
+    assert events[-2]["stepName"] == "task_1"  # closed while the AG-UI run is away
+    assert events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [pick]}
+
+    second = run_input(thread_id=first["threadId"])
+    second["messages"].append({"id": "r1", "role": "tool", "toolCallId": pick, "content": "b"})
+    events = await post(client, "planned_pick", second)
+    assert types(events) == [
+        "RUN_STARTED",
+        "STEP_STARTED",  # the task goes on
+        "CUSTOM",  # request.submit
+        *CALL,
+        "TOOL_CALL_RESULT",
+        "STEP_FINISHED",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+    ]
+    assert events[1]["stepName"] == "task_1" and events[2]["value"]["payload"] == "b"
 
 
 async def test_a_failed_run_ends_with_run_error(

@@ -99,6 +99,19 @@ test('a question is an interrupt, answered by resume', async () => {
   assert.deepEqual(chat.pendingInterrupts, []);
 });
 
+test('a plan is the agent state and its tasks are steps', async () => {
+  const chat = agent('planner');
+  chat.addMessage({ id: 'u1', role: 'user', content: 'Plan it' });
+  const rec = recorder();
+  await chat.runAgent({}, rec);
+  const steps = rec.seen.types.filter((t) => t.startsWith('STEP_'));
+  assert.deepEqual(steps, ['STEP_STARTED', 'STEP_FINISHED', 'STEP_STARTED', 'STEP_FINISHED']);
+  assert.deepEqual(
+    chat.state.plan.tasks.map((t) => [t.taskId, t.description, t.status]),
+    [['task_1', 'Greet', 'completed'], ['task_2', 'Wave', 'completed']],
+  );
+});
+
 test('a failed run raises RUN_ERROR', async () => {
   const chat = agent('plain');
   chat.addMessage({ id: 'u1', role: 'user', content: 'fail' });
