@@ -108,10 +108,9 @@ class AgUiEndpoint:
         metadata = metadata_of(request.headers)
         answers = tool_answers(run_input.messages)
         if answers or run_input.resume:
-            refused = await self._answer(run_input, answers, metadata)
+            projection, refused = await self._answer(run_input, answers, metadata)
             if refused is not None:
                 return refused
-            projection = self.waiting.pop(run_input.thread_id)
             call = self.attach(
                 gw.AttachRequest(run_id=projection.agw_run_id, after_seq=projection.last_seq),
                 metadata=metadata,
@@ -149,10 +148,13 @@ class AgUiEndpoint:
 
     async def _answer(
         self, run_input: RunInput, answers: list[tuple[str, Any]], metadata: Metadata
-    ) -> web.Response | None:
-        """Submit the tool results and the interrupts' answers to the thread's waiting run;
-        an error response if one is refused."""
-        projection = self.waiting.get(run_input.thread_id)
+    ) -> tuple[Projection, web.Response | None]:
+        """Submit the tool results and the interrupts' answers to the thread's waiting run:
+        its projection, and an error response if an answer was refused.
+
+        The thread is taken from the waiting ones first, so that two inputs answering
+        it at once cannot both continue it."""
+        projection = self.waiting.pop(run_input.thread_id, None)
         interrupts = {i["id"]: i for i in projection.interrupts} if projection else {}
         pending = projection.pending if projection is not None else []
         if projection is not None:  # tool messages of earlier runs may still end the messages
@@ -162,6 +164,8 @@ class AgUiEndpoint:
         unknown = [i for i, _ in answers if i not in pending]
         unknown += [i for i, _, _ in run_input.resume if i not in interrupts]
         if projection is None or unknown or not replies:
+            if projection is not None:
+                self._remember(projection)
             which = shown(unknown[0] if unknown else replies[0][0] if replies else "")
             raise BadRequest(
                 f"{which!r} answers no pending tool call or interrupt of thread "
@@ -176,19 +180,18 @@ class AgUiEndpoint:
             )
             try:
                 response = await self._submit(submit, metadata)
-            except grpc.aio.AioRpcError as error:
+            except grpc.aio.AioRpcError as error:  # the run may still wait: keep the thread
+                self._remember(projection)
                 status, envelope = rpc_failure(error)
-                return _envelope(envelope, status)
+                return projection, _envelope(envelope, status)
             if not response.accepted:
-                self.waiting.pop(run_input.thread_id, None)
                 outcome = gw.SubmitOutcome.Name(response.outcome).removeprefix("SUBMIT_OUTCOME_")
                 message = f"{answer_id!r} cannot be answered: {outcome}"
                 detail = f"{message} ({response.detail})" if response.detail else message
-                return _envelope(
-                    failure(grpc.StatusCode.FAILED_PRECONDITION, detail, reason=outcome), 400
-                )
+                envelope = failure(grpc.StatusCode.FAILED_PRECONDITION, detail, reason=outcome)
+                return projection, _envelope(envelope, 400)
         projection.resume(run_input.run_id, [answer_id for answer_id, _ in replies])
-        return None
+        return projection, None
 
     async def _submit(self, submit: gw.SubmitRequest, metadata: Metadata) -> gw.SubmitResponse:
         """Submit; an answer that arrives before the run has begun its wait is tried again.

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui.core import Event, RunAgentInput
+from agw.v1 import gateway_pb2 as gw
 from pydantic import TypeAdapter
 
 from service.providers import loopback as lb
@@ -435,6 +436,38 @@ async def test_a_permission_is_an_interrupt(
     assert [e["name"] for e in events[1:3]] == ["request.submit", "permission.answer"]
     assert events[2]["value"].get("allowed", False) is allowed  # false fields are left out
     assert events[3]["content"].startswith("Error: the user refused") is not allowed
+
+
+async def test_an_answer_after_the_wait_expired_is_refused(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    write_agent(tmp_path / "agents", "picker", agent(toolConfig=tools(frontends=("pick",))))
+    provider.enqueue(
+        call_turn(("f1", "pick", '{"options":["a","b"]}')), answer_turn("No answer came.")
+    )
+    async with (
+        Harness.start(
+            tmp_path / "agents",
+            provider,
+            tools_dir=write_ui_tools(tmp_path / "tools"),
+            frontend_wait_timeout_s=0.2,
+        ) as service,
+        httpx.AsyncClient(base_url=service.http_url, timeout=20.0) as http,
+    ):
+        first = run_input("Pick one")
+        events = await post(http, "picker", first)
+        pick = events[-1]["outcome"]["pendingToolCallIds"][0]
+        run = gw.AttachRequest(run_id=events[0]["metadata"]["agw"]["runId"])
+        rest = [e.type async for e in service.stub.Attach(run)]  # the wait times out, the run ends
+        assert rest[-1] == "run.complete"
+        late = run_input(thread_id=first["threadId"])
+        late["messages"].append({"id": "r1", "role": "tool", "toolCallId": pick, "content": "a"})
+        refused = await http.post("/api/ag-ui/picker", json=late)
+        assert refused.status_code == 400
+        assert refused.json()["reason"] == "EXPIRED"
+        assert f"'{pick}' cannot be answered: EXPIRED" in refused.json()["msg"]
+        again = await http.post("/api/ag-ui/picker", json=late)  # the thread waits no more
+        assert "answers no pending tool call" in again.json()["msg"]
 
 
 async def test_refusals_answer_the_error_envelope(
