@@ -152,6 +152,41 @@ async def test_oneshot_reasoning_and_text(
     assert "outcome" not in events[-1]
 
 
+async def test_each_delta_is_sent_at_once(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    gate = asyncio.Event()
+    provider.enqueue(
+        [lb.content("Hel"), lb.Gate(gate), lb.content("lo"), lb.finish("stop"), lb.DONE]
+    )
+    body = run_input()
+    events: list[dict[str, Any]] = []
+    async with client.stream("POST", "/api/ag-ui/oneshot", json=body) as response:
+        lines = response.aiter_lines()
+        async for line in lines:  # the first delta arrives while the model holds the second
+            if line.startswith("data: "):
+                events.append(checked(json.loads(line[6:])))
+                if events[-1]["type"] == "TEXT_MESSAGE_CONTENT":
+                    break
+        gate.set()
+        events += [
+            checked(json.loads(line[6:])) async for line in lines if line.startswith("data: ")
+        ]
+    assert_run(events, body)
+    assert [e.get("delta") for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["Hel", "lo"]
+
+
+async def test_a_body_over_the_limit_is_refused(tmp_path: Path, provider: LoopbackProvider) -> None:
+    write_agent(tmp_path / "agents", "oneshot", AGENTS["oneshot"])
+    async with (
+        Harness.start(tmp_path / "agents", provider, http_max_body_bytes=1024) as service,
+        httpx.AsyncClient(base_url=service.http_url, timeout=20.0) as http,
+    ):
+        refused = await http.post("/api/ag-ui/oneshot", json=run_input("x" * 2000))
+        assert refused.status_code == 413
+        assert refused.json()["status"] == "RESOURCE_EXHAUSTED"
+
+
 async def test_the_thread_is_the_chat(
     client: httpx.AsyncClient, provider: LoopbackProvider
 ) -> None:
