@@ -33,7 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
-from service.gateway import codec
+from service.gateway import agui, codec
 from service.gateway.a2a import A2AEndpoint
 from service.gateway.cors import Cors
 from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
@@ -117,6 +117,7 @@ class HttpGateway:
         for route in self.routes:
             app.router.add_route(route.http_method, route.path, self._handler(route))
         A2AEndpoint(self.channel, write_timeout_s=self.write_timeout_s).add_routes(app.router)
+        agui.add_routes(app, self)
         if self.serve_page:
             app.router.add_get("/", _index)
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
