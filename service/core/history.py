@@ -349,6 +349,7 @@ def _message_events(message: Record, chat_id: str, run_id: str, task_id: str) ->
                 str(message.get("_toolId") or message.get("tool_call_id", "")),
                 value,
                 error=bool(message.get("_error")),
+                rendered_arguments=str(message.get("_renderedArguments", "")),
             )
         return [_envelope(result, chat_id, run_id, ts, task_id)]
     return []

@@ -295,6 +295,8 @@ class ChatRecorder:
             message["_json"] = True
         if field_name == "tool_result" and event.tool_result.error:
             message["_error"] = True
+        if field_name == "tool_result" and event.tool_result.rendered_arguments:
+            message["_renderedArguments"] = event.tool_result.rendered_arguments
         step.record["messages"].append(message)
         step.waiting.discard(tool_id)
         if not step.waiting:

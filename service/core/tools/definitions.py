@@ -14,7 +14,11 @@ One entry: `name` (letters, digits, `_`, `-`), `description` (sent to the model)
 `toolApi` and `toolParams`, and `timeoutMs` (backend tools: how long a call may
 take). A frontend tool's `toolApi` and `toolParams` are passed to the client in
 `tool.start`; a backend tool's configure the HTTP call that runs it (see
-service/toolsources/http.py) and stay in the service. A broken file is reported
+service/toolsources/http.py) and stay in the service. A frontend tool may also
+have `answerSchema` (the JSON Schema of the answer it waits for) and `view` (an
+HTML file, relative to the tool file's directory and inside it, e.g.
+`views/confirm_dialog.html`): both go to the client in `tool.start`, so a page
+can render the view or build a form for the answer. A broken file is reported
 with the file, the entry and the field.
 
 A tool that comes from a source outside the service (an MCP server, an HTTP
@@ -47,6 +51,7 @@ SUFFIXES: dict[str, tuple[ToolKind, str]] = {
     ".dqlc": ("frontend", "dqlc"),
 }
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+MAX_VIEW_BYTES = 256 * 1024  # the largest view file a frontend tool may name
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,8 @@ class ToolDefinition:
     tool_api: str = ""
     tool_params: Mapping[str, Any] | None = None
     timeout_s: float | None = None
+    answer_schema: Mapping[str, Any] | None = None  # frontend: JSON Schema of the answer
+    view_html: str = ""  # frontend: the HTML document of its view
     source: str = "built-in"  # the file that defines it
     origin: ToolOrigin | None = None  # the outside source that runs it, if any
 
@@ -109,6 +116,10 @@ class ToolDefinition:
             out["tool_api"] = self.tool_api
         if self.tool_params:
             out["tool_params"] = to_struct(dict(self.tool_params))
+        if self.answer_schema:
+            out["answer_schema"] = to_struct(dict(self.answer_schema))
+        if self.view_html:
+            out["view_html"] = self.view_html
         return out
 
 
@@ -131,6 +142,10 @@ class _Entry(BaseModel):
     timeout_ms: int | None = Field(
         None, gt=0, validation_alias=AliasChoices("timeoutMs", "timeout_ms")
     )
+    answer_schema: dict[str, Any] | None = Field(
+        None, validation_alias=AliasChoices("answerSchema", "answer_schema")
+    )
+    view: str = ""
 
 
 class _File(BaseModel):
@@ -150,11 +165,16 @@ def load_tool_file(path: Path) -> tuple[ToolDefinition, ...]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolDefinitionError([f"not UTF-8 text ({exc})"], path.name) from exc
-    return parse_tool_text(text, path.suffix, source=path.name)
+    return parse_tool_text(text, path.suffix, source=path.name, base=path.parent)
 
 
-def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDefinition, ...]:
-    """The tools of a file's text; `suffix` (e.g. ".backend") sets their kind."""
+def parse_tool_text(
+    text: str, suffix: str, *, source: str = "", base: Path | None = None
+) -> tuple[ToolDefinition, ...]:
+    """The tools of a file's text; `suffix` (e.g. ".backend") sets their kind.
+
+    `base` is the directory that an entry's `view` is read from (none: views refused).
+    """
     kind = SUFFIXES.get(suffix.lower())
     if kind is None:
         raise ToolDefinitionError([f"unknown tool file suffix {suffix!r}"], source)
@@ -186,6 +206,16 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
         seen.setdefault(entry.name, index)
         if kind[0] != "backend" and entry.timeout_ms is not None:
             issues.append(f"{where}.timeoutMs: only backend tools have a time-out")
+        if kind[0] != "frontend" and (entry.view or entry.answer_schema is not None):
+            issues.append(f"{where}: only frontend tools have a view or an answerSchema")
+        if entry.answer_schema is not None and not isinstance(entry.answer_schema.get("type"), str):
+            issues.append(f'{where}.answerSchema.type: must be a JSON Schema type, e.g. "object"')
+        view_html = ""
+        if entry.view and kind[0] == "frontend":
+            try:
+                view_html = _read_view(base, entry.view)
+            except ValueError as exc:
+                issues.append(f"{where}.view: {exc}")
         tools.append(
             ToolDefinition(
                 name=entry.name,
@@ -197,12 +227,34 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
                 tool_api=entry.tool_api,
                 tool_params=entry.tool_params,
                 timeout_s=entry.timeout_ms / 1000 if entry.timeout_ms else None,
+                answer_schema=entry.answer_schema,
+                view_html=view_html,
                 source=source or "text",
             )
         )
     if issues:
         raise ToolDefinitionError(issues, source)
     return tuple(tools)
+
+
+def _read_view(base: Path | None, name: str) -> str:
+    """The HTML of view file `name` under `base`; ValueError says why it cannot be used."""
+    if base is None:
+        raise ValueError("views are read only from tool files in a directory")
+    root = base.resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root) or path == root:
+        raise ValueError(f"{name!r} is outside the tool file's directory")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {name!r} ({exc.strerror or exc})") from None
+    if len(data) > MAX_VIEW_BYTES:
+        raise ValueError(f"{name!r} is larger than {MAX_VIEW_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name!r} is not UTF-8 text") from None
 
 
 def schema_issues(schema: Mapping[str, Any]) -> list[str]:

@@ -87,6 +87,9 @@ class ToolExecutor:
         # `source`, which no tool source uses: these run instead of the registry's.
         self.delegates: dict[str, ToolHandler] = {}
         self.memory = ResultMemory()
+        # Arguments whose templates were rendered, by call id, until the call's result is
+        # emitted with them (shared by the scoped copies, like the memory).
+        self.rendered: dict[str, str] = {}
         self.loops = LoopDetector()
         self.described: set[str] = set()  # origins described by source.snapshot in this run
 
@@ -166,7 +169,10 @@ class ToolExecutor:
             self.out.emit(events.action_result(call.id, _plain(outcome.result)))
         else:
             result = _plain(outcome.result)
-            self.out.emit(events.tool_result(call.id, result, error=outcome.error))
+            rendered = self.rendered.pop(call.id, "")
+            self.out.emit(
+                events.tool_result(call.id, result, error=outcome.error, rendered_arguments=rendered)
+            )
         if not outcome.error:
             self.memory.record(call.name, outcome.result)
         return outcome
@@ -207,6 +213,7 @@ class ToolExecutor:
             rendered: dict[str, Any] = render(arguments, self.memory)
         except TemplateError as exc:
             raise ToolError(f"argument template: {exc}") from None
+        self.rendered[call.id] = _json(rendered)
         return rendered
 
     async def _backend(
