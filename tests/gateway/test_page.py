@@ -603,7 +603,9 @@ async def test_cancel_a_run_from_the_page(
     assert errors == []
 
 
-async def test_a_structured_question_in_the_browser(open_page: OpenPage, quick_demo: Harness) -> None:
+async def test_a_structured_question_in_the_browser(
+    open_page: OpenPage, quick_demo: Harness
+) -> None:
     page, errors = await open_page(quick_demo.http_url)
     await page.select_option("#agent", "demo_question")
     await page.fill("#message", "A trip in spring")

@@ -51,7 +51,6 @@ async def test_a_frontend_tool_carries_its_view_and_answer_schema(demo: Harness)
     assert result.rendered_arguments == ""  # no templates in its arguments
 
 
-
 async def test_a_backend_tool_has_no_view(demo: Harness) -> None:
     events = await demo.query("demo_plan", "Time and weather in Paris")
     starts = [e.tool_start for e in events if e.type == "tool.start"]

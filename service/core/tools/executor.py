@@ -171,7 +171,9 @@ class ToolExecutor:
             result = _plain(outcome.result)
             rendered = self.rendered.pop(call.id, "")
             self.out.emit(
-                events.tool_result(call.id, result, error=outcome.error, rendered_arguments=rendered)
+                events.tool_result(
+                    call.id, result, error=outcome.error, rendered_arguments=rendered
+                )
             )
         if not outcome.error:
             self.memory.record(call.name, outcome.result)
