@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
 from service.testing import Harness, oneshot_agent, write_agent
@@ -171,10 +171,27 @@ async def test_a_frontend_tool_answered_in_its_view(
     assert await page.locator("#cancel").is_enabled()
     await page.screenshot(path=shot("frontend-view-waiting", viewport))
 
-    # Its answer (postMessage → Submit) lets the run go on: the answer streams, the run completes.
+    # Its answer goes by postMessage to Submit; when that fails, the view hears so and
+    # lets the user send again.
+    dropped: list[str] = []
+
+    async def drop_once(route: Route) -> None:
+        if dropped:
+            await route.continue_()
+        else:
+            dropped.append(route.request.url)
+            await route.abort()
+
+    await page.route("**/api/submit", drop_once)
     await view.locator("#options button", has_text="No").click()
     await view.locator("#send").click()
+    await tool.locator(".note.bad", has_text="failed").wait_for()
+    await view.locator("#send:enabled").wait_for()
+    await view.locator("#send").click()
+
+    # Taken, it lets the run go on: the answer streams, then the run completes.
     await page.locator('.run[data-status="complete"]').wait_for()
+    assert len(dropped) == 1
     assert json.loads(await tool.locator("pre.result").inner_text()) == {"choice": "No"}
     assert await page.locator(".tool-form, iframe").count() == 0
     assert "completed" in await page.locator(".run .run-status").inner_text()
@@ -190,7 +207,7 @@ async def test_a_frontend_tool_answered_in_its_view(
     await page.locator('.run[data-status="complete"]').wait_for()
     assert await page.locator(".run .content").last.inner_text() == live_answer
     assert await page.locator('.card.tool[data-name="confirm_dialog"] pre.result').count() == 1
-    assert errors == []
+    assert errors == ["Failed to load resource: net::ERR_FAILED"]  # the dropped Submit
 
 
 async def test_streamed_reasoning_and_answer(open_page: OpenPage, demo: Harness) -> None:
@@ -441,6 +458,7 @@ async def test_chat_list_and_reopening_a_chat_keeps_its_agent(
     await page.screenshot(path=shot("chat-list", DESKTOP))
 
     # Opening the older chat brings its agent back, so the next message goes to it.
+    chat_id = await first.get_attribute("data-chat-id")
     await first.click()
     await page.locator("#status", has_text="events replayed").wait_for()
     assert await page.input_value("#agent") == "demo_oneshot"
@@ -449,7 +467,7 @@ async def test_chat_list_and_reopening_a_chat_keeps_its_agent(
         await page.click("#send")
     body = json.loads((await sent.value).post_data or "{}")
     assert body["agentKey"] == "demo_oneshot"
-    assert body["chatId"] == await first.get_attribute("data-chat-id")
+    assert body["chatId"] == chat_id
     await page.locator('.run[data-status="complete"] >> nth=1').wait_for()
     assert errors == []
 

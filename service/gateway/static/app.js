@@ -16,7 +16,6 @@ const state = {
 };
 
 const view = new ChatView($('log'), {
-  agentName: (key) => agentName(key),
   submit: (ev, toolId, payload) => call('/api/submit', {
     method: 'POST',
     body: { chatId: ev.chatId, runId: ev.runId, toolId, payload },
@@ -91,7 +90,7 @@ function describeAgent() {
 }
 
 /** "just now", "5 min ago", "3 h ago", else the date (and the time when it is this year). */
-export function whenText(ms, now = Date.now()) {
+function whenText(ms, now = Date.now()) {
   if (!ms) return '';
   const seconds = Math.max(0, (now - ms) / 1000);
   if (seconds < 60) return 'just now';

@@ -123,6 +123,7 @@ export function schemaForm(schema, onAnswer, submitLabel = 'Submit') {
  * no navigation, no pop-ups). The page posts it {type: "agw.tool", toolId, toolName,
  * arguments, params} once loaded; it answers {type: "agw.submit", toolId, payload} and may
  * ask for a height with {type: "agw.resize", height}. Messages from other windows are ignored.
+ * (The page then tells it {type: "agw.answered", accepted, detail}: see RunView.answer.)
  */
 export function viewFrame({ toolId, toolName, html, args, params }, onAnswer) {
   const frame = h('iframe', {

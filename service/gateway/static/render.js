@@ -31,6 +31,13 @@ function perform(name, param) {
   }
 }
 
+/** Tells a tool's view (if `form` holds one) whether its answer was taken, so that it can
+ *  let the user try again when it was not. */
+function tellView(form, accepted, detail) {
+  form.querySelector('iframe')?.contentWindow?.postMessage(
+    { type: 'agw.answered', accepted, detail }, '*');
+}
+
 /** The whole conversation: user messages and one RunView per run. */
 export class ChatView {
   constructor(container, { submit, onTitle }) {
@@ -304,10 +311,12 @@ export class RunView {
       note.textContent = reply.accepted ? 'sent' : `not accepted: ${reply.detail || reply.outcome}`;
       if (reply.accepted) form.querySelector('iframe')?.remove();
       if (!reply.accepted) buttons.forEach((b) => { b.disabled = false; });
+      tellView(form, reply.accepted, reply.detail || '');
     } catch (error) {
       note.textContent = `failed: ${error.message}`;
       note.classList.add('bad');
       buttons.forEach((b) => { b.disabled = false; });
+      tellView(form, false, error.message);
     }
   }
 
