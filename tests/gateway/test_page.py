@@ -390,7 +390,8 @@ async def test_the_page_fits_the_window(
 async def test_composer_feedback(
     open_page: OpenPage, agents_dir: Path, provider: LoopbackProvider
 ) -> None:
-    async with Harness.start(agents_dir, provider, max_message_bytes=64) as small:
+    limits = {"max_message_bytes": 64, "http_max_body_bytes": 400}
+    async with Harness.start(agents_dir, provider, **limits) as small:
         page, errors = await open_page(small.http_url, PHONE)
         queries: list[str] = []
         page.on("request", lambda r: queries.append(r.url) if "/api/query" in r.url else None)
@@ -418,6 +419,15 @@ async def test_composer_feedback(
         assert await page.locator("#send").is_enabled()
         await page.screenshot(path=shot("composer-refused", PHONE))
 
+        # So is a request body over the adapter's limit.
+        huge = "x" * 500
+        await page.fill("#message", huge)
+        await page.click("#send")
+        await page.wait_for_function("() => document.getElementById('composer-note').textContent")
+        assert await note.inner_text() == "Not sent: Maximum request body size 400 exceeded."
+        assert await page.input_value("#message") == huge
+        assert await page.locator(".run").count() == 0
+
         # Shortened, it goes, and only then leaves the composer.
         provider.enqueue([content("Short and sweet."), finish("stop"), DONE])
         await page.fill("#message", "Short")
@@ -425,9 +435,9 @@ async def test_composer_feedback(
         await page.locator('.run[data-status="complete"]').wait_for()
         assert await page.input_value("#message") == ""
         assert await note.inner_text() == ""
-        assert len(queries) == 2
-        # The refused query is the one console error (its HTTP status).
-        assert [e for e in errors if "429" not in e] == []
+        assert len(queries) == 3
+        # The refused queries are the console's only errors (their HTTP statuses).
+        assert len(errors) == 2 and "429" in errors[0] and "413" in errors[1]
 
 
 async def test_chat_list_and_reopening_a_chat_keeps_its_agent(
