@@ -164,6 +164,14 @@ async def test_a_frontend_tool_answered_in_its_view(
     assert await view.locator("#question").inner_text() == "Book a table for two tonight"
     assert await view.locator("#options button").all_inner_texts() == ["Yes", "No"]
     assert await view.locator("#send").inner_text() == "Send"  # its toolParams.submitLabel
+    # The frame takes the height the view asks for: its content's, no blank band below.
+    content_height = await view.locator("html").evaluate(
+        "e => Math.ceil(e.getBoundingClientRect().height)"
+    )
+    assert (await frame_el.bounding_box() or {})["height"] == pytest.approx(
+        content_height + 2,
+        abs=1,  # its 1 px border
+    )
     assert '"question"' in (await tool.locator("pre.args").text_content() or "")
     assert not await tool.locator("pre.args").is_visible()
     assert await tool.locator("textarea").count() == 0
