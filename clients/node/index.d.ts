@@ -58,11 +58,11 @@ export interface Payloads {
   contentSnapshot: { contentId: string; text: string };
   toolStart: {
     toolId: string; toolName: string; toolType: string; toolApi: string;
-    toolParams: Struct | null; description: string;
+    toolParams: Struct | null; description: string; answerSchema: Struct | null; viewHtml: string;
   };
   toolArgs: { toolId: string; delta: string; chunkIndex: number };
   toolEnd: { toolId: string };
-  toolResult: { toolId: string; result: Value | null; error: boolean; cached: boolean };
+  toolResult: { toolId: string; result: Value | null; error: boolean; cached: boolean; renderedArguments: string };
   toolSnapshot: {
     toolId: string; toolName: string; toolType: string; toolApi: string;
     toolParams: Struct | null; description: string; arguments: string;

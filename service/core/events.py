@@ -261,10 +261,21 @@ def tool_end(tool_id: str) -> Event:
     return Event(tool_end=pb.ToolEnd(tool_id=tool_id))
 
 
-def tool_result(tool_id: str, result: Any, *, error: bool = False, cached: bool = False) -> Event:
+def tool_result(
+    tool_id: str,
+    result: Any,
+    *,
+    error: bool = False,
+    cached: bool = False,
+    rendered_arguments: str = "",
+) -> Event:
     return Event(
         tool_result=pb.ToolResult(
-            tool_id=tool_id, result=to_value(result), error=error, cached=cached
+            tool_id=tool_id,
+            result=to_value(result),
+            error=error,
+            cached=cached,
+            rendered_arguments=rendered_arguments,
         )
     )
 

@@ -350,6 +350,7 @@ def _message_events(message: Record, chat_id: str, run_id: str, task_id: str) ->
                 value,
                 error=bool(message.get("_error")),
                 cached=bool(message.get("_cached")),
+                rendered_arguments=str(message.get("_renderedArguments", "")),
             )
         return [_envelope(result, chat_id, run_id, ts, task_id)]
     return []

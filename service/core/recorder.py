@@ -299,6 +299,8 @@ class ChatRecorder:
             message["_error"] = True
         if field_name == "tool_result" and event.tool_result.cached:
             message["_cached"] = True
+        if field_name == "tool_result" and event.tool_result.rendered_arguments:
+            message["_renderedArguments"] = event.tool_result.rendered_arguments
         step.record["messages"].append(message)
         step.waiting.discard(tool_id)
         if not step.waiting:

@@ -1,21 +1,26 @@
 """The web page, end to end in a real headless browser (Debian's chromium via Playwright).
 
-The page is served by the adapter of a whole in-process service; screenshots
-are saved under `test-artifacts/` at the repository root.
+The page is served by the adapter of a whole in-process service; screenshots are saved
+under `test-artifacts/` at the repository root, named after the test and the width.
+One browser serves the whole module (each test gets its own context); the tests run on
+the module's event loop, so the service fixtures they use are defined here on it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+import pytest_asyncio
+from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
-from service.testing import Harness
+from service.testing import Harness, oneshot_agent, write_agent
+from tests.core.tools.kit import answer_turn, call_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -31,12 +36,20 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Debian's chromium (`make install` installs it)"
-)
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+WIDTHS = [pytest.param(PHONE, id="phone"), pytest.param(DESKTOP, id="desktop")]
+
+pytestmark = [
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium (`make install` installs it)"
+    ),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+module_fixture = pytest_asyncio.fixture(loop_scope="module")
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
@@ -48,7 +61,28 @@ async def browser() -> AsyncIterator[Browser]:
             await browser.close()
 
 
-@pytest.fixture
+@module_fixture
+async def contexts(browser: Browser) -> AsyncIterator[list[BrowserContext]]:
+    """The browser contexts a test opened, closed after it."""
+    opened: list[BrowserContext] = []
+    yield opened
+    for context in opened:
+        await context.close()
+
+
+@module_fixture
+async def provider() -> AsyncIterator[LoopbackProvider]:
+    async with LoopbackProvider() as fake:
+        yield fake
+
+
+@module_fixture
+async def gateway(agents_dir: Path, provider: LoopbackProvider) -> AsyncIterator[Harness]:
+    async with Harness.start(agents_dir, provider) as harness:
+        yield harness
+
+
+@module_fixture
 async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
     """The service as `make run` serves it: the example agents on the built-in demo model."""
     async with Harness.start(
@@ -57,7 +91,7 @@ async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
         yield harness
 
 
-@pytest.fixture
+@module_fixture
 async def quick_demo(tmp_path: Path) -> AsyncIterator[Harness]:
     """The same, with the demo model streaming without pauses."""
     async with Harness.start(
@@ -70,8 +104,28 @@ async def quick_demo(tmp_path: Path) -> AsyncIterator[Harness]:
         yield harness
 
 
-async def open_page(browser: Browser, url: str) -> tuple[Page, list[str]]:
-    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+OpenPage = Callable[..., Awaitable[tuple[Page, list[str]]]]
+
+
+@module_fixture
+async def open_page(browser: Browser, contexts: list[BrowserContext]) -> OpenPage:
+    """Opens the page at `url` in a context of its own: (page, errors it logged)."""
+
+    async def open_(url: str, viewport: dict[str, int] = DESKTOP) -> tuple[Page, list[str]]:
+        context = await browser.new_context(viewport=viewport)  # type: ignore[arg-type]
+        contexts.append(context)
+        return await _goto(await context.new_page(), url)
+
+    return open_
+
+
+def shot(name: str, viewport: dict[str, int]) -> str:
+    """The path of a screenshot of test `name` at the viewport's width."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return str(ARTIFACTS / f"page-{name}-{viewport['width']}.png")
+
+
+async def _goto(page: Page, url: str) -> tuple[Page, list[str]]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -87,44 +141,85 @@ STREAMING = """() => {
 }"""
 
 
-async def test_chat_with_a_frontend_tool_in_the_browser(browser: Browser, demo: Harness) -> None:
-    page, errors = await open_page(browser, demo.http_url)
+TOOL_VIEW = ".card.tool[data-name='confirm_dialog'] iframe.tool-view"
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+async def test_a_frontend_tool_answered_in_its_view(
+    open_page: OpenPage, demo: Harness, viewport: dict[str, int]
+) -> None:
+    page, errors = await open_page(demo.http_url, viewport)
     await page.select_option("#agent", "demo_frontend")
     await page.fill("#message", "Book a table for two tonight")
     await page.click("#send")
 
-    # The model calls the frontend tool: its card shows the streamed arguments and a form.
+    # The tool's own view, sandboxed to scripts only: no `{}` answer box, no address, and
+    # the question once (the arguments are folded away under the view).
     tool = page.locator('.card.tool[data-name="confirm_dialog"]')
-    await tool.locator(".tool-form").wait_for()
-    assert '"question"' in await tool.locator("pre.args").inner_text()
+    frame_el = page.locator(TOOL_VIEW)
+    await frame_el.wait_for()
+    assert await frame_el.get_attribute("sandbox") == "allow-scripts"
+    view = page.frame_locator(TOOL_VIEW)
+    await view.locator("#options button").first.wait_for()
+    assert await view.locator("#question").inner_text() == "Book a table for two tonight"
+    assert await view.locator("#options button").all_inner_texts() == ["Yes", "No"]
+    assert await view.locator("#send").inner_text() == "Send"  # its toolParams.submitLabel
+    # The frame takes the height the view asks for: its content's, no blank band below.
+    content_height = await view.locator("html").evaluate(
+        "e => Math.ceil(e.getBoundingClientRect().height)"
+    )
+    assert (await frame_el.bounding_box() or {})["height"] == pytest.approx(
+        content_height + 2,
+        abs=1,  # its 1 px border
+    )
+    assert '"question"' in (await tool.locator("pre.args").text_content() or "")
+    assert not await tool.locator("pre.args").is_visible()
+    assert await tool.locator("textarea").count() == 0
+    assert "view:" not in await tool.inner_text()
     assert await page.locator("#cancel").is_enabled()
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "gateway-page-waiting-tool.png"), full_page=True)
+    await page.screenshot(path=shot("frontend-view-waiting", viewport))
 
-    # Answering it (Submit) lets the run go on: the answer streams, then the run completes.
-    option = tool.locator(".tool-form .options button").first
-    choice = await option.inner_text()
-    await option.click()
-    await page.wait_for_function(STREAMING, polling="raf")
+    # Its answer goes by postMessage to Submit; when that fails, the view hears so and
+    # lets the user send again.
+    dropped: list[str] = []
+
+    async def drop_once(route: Route) -> None:
+        if dropped:
+            await route.continue_()
+        else:
+            dropped.append(route.request.url)
+            await route.abort()
+
+    await page.route("**/api/submit", drop_once)
+    await view.locator("#options button", has_text="No").click()
+    await view.locator("#send").click()
+    await tool.locator(".note.bad", has_text="failed").wait_for()
+    await view.locator("#send:enabled").wait_for()
+    await view.locator("#send").click()
+
+    # Taken, it lets the run go on: the answer streams, then the run completes.
     await page.locator('.run[data-status="complete"]').wait_for()
-    assert choice in await tool.locator("pre.result").inner_text()
-    assert await page.locator(".tool-form").count() == 0
+    assert len(dropped) == 1
+    assert json.loads(await tool.locator("pre.result").inner_text()) == {"choice": "No"}
+    assert await page.locator(".tool-form, iframe").count() == 0
     assert "completed" in await page.locator(".run .run-status").inner_text()
-    await page.screenshot(path=str(ARTIFACTS / "gateway-page-frontend-tool.png"), full_page=True)
+    await page.screenshot(path=shot("frontend-view-answered", viewport))
 
     # The chat is in the history, and opening it replays the same run from GetChat.
     live_answer = await page.locator(".run .content").last.inner_text()
+    await page.click("#menu") if viewport is PHONE else None
     await page.click("#new-chat")
     assert await page.locator(".run").count() == 0
+    await page.click("#menu") if viewport is PHONE else None
     await page.locator("#chats li button").first.click()
     await page.locator('.run[data-status="complete"]').wait_for()
     assert await page.locator(".run .content").last.inner_text() == live_answer
     assert await page.locator('.card.tool[data-name="confirm_dialog"] pre.result').count() == 1
-    assert errors == []
+    assert errors == ["Failed to load resource: net::ERR_FAILED"]  # the dropped Submit
 
 
-async def test_streamed_reasoning_and_answer(browser: Browser, demo: Harness) -> None:
-    page, errors = await open_page(browser, demo.http_url)
+async def test_streamed_reasoning_and_answer(open_page: OpenPage, demo: Harness) -> None:
+    page, errors = await open_page(demo.http_url)
     await page.select_option("#agent", "demo_oneshot")
     await page.fill("#message", "Hello from the browser")
     await page.press("#message", "Enter")
@@ -152,11 +247,13 @@ new MutationObserver((changes) => {
 """
 
 
-async def test_plan_tasks_and_actions_live(browser: Browser, quick_demo: Harness) -> None:
-    page = await browser.new_page()
-    await page.add_init_script(RECORD_TASK_STATUSES)
-    await page.goto(quick_demo.http_url)
-    await page.wait_for_selector("#agent option", state="attached")
+async def test_plan_tasks_and_actions_live(
+    browser: Browser, contexts: list[BrowserContext], quick_demo: Harness
+) -> None:
+    context = await browser.new_context()
+    contexts.append(context)
+    await context.add_init_script(RECORD_TASK_STATUSES)
+    page, errors = await _goto(await context.new_page(), quick_demo.http_url)
     await page.select_option("#agent", "demo_plan")
     await page.fill("#message", "Time and weather in Paris")
     await page.click("#send")
@@ -176,14 +273,330 @@ async def test_plan_tasks_and_actions_live(browser: Browser, quick_demo: Harness
     await page.locator('.run[data-status="complete"]').wait_for()
     assert await page.locator('.card.action[data-name="switch_theme"]').count() == 1
     assert await page.evaluate("document.documentElement.dataset.theme") == "dark"
+    assert errors == []
+
+
+PLAN_IN_SIGHT = """() => {
+  const log = document.getElementById('log').getBoundingClientRect();
+  const plan = document.querySelector('.run .plan').getBoundingClientRect();
+  return plan.top >= log.top - 1 && plan.bottom <= log.bottom + 1 && plan.height > 0;
+}"""
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+async def test_the_plan_stays_in_sight_and_tool_cards_fold(
+    open_page: OpenPage, demo: Harness, viewport: dict[str, int]
+) -> None:
+    page, errors = await open_page(demo.http_url, viewport)
+    await page.select_option("#agent", "demo_plan")
+    await page.fill("#message", "Time and weather in Paris")
+    await page.click("#send")
+
+    # While the run goes on and the chat scrolls past it, the plan stays at the top.
+    await page.locator('.card.tool[data-name="mock_city_weather"]').wait_for()
+    await page.locator("#log").evaluate("log => { log.scrollTop = log.scrollHeight; }")
+    assert await page.evaluate(
+        "() => { const l = document.getElementById('log'); return l.scrollTop > 0; }"
+    )
+    assert await page.locator('.run[data-status="running"]').count() == 1
+    assert await page.evaluate(PLAN_IN_SIGHT)
+    await page.screenshot(path=shot("plan-in-sight", viewport))
+    await page.locator('.run[data-status="complete"]').wait_for()
+
+    # The plan's own tools are one folded line each; a click unfolds one.
+    internal = page.locator('.card.tool[data-name="_plan_update_task_"]')
+    assert await internal.count() == 2
+    assert await internal.evaluate_all("cs => cs.map(c => c.dataset.collapsed)") == ["true"] * 2
+    title = await internal.first.locator(".card-title").inner_text()
+    assert title.startswith("plan: update task")
+    assert not await internal.first.locator("pre.args").is_visible()
+    await internal.first.locator(".card-title").click()
+    assert await internal.first.locator("pre.args").is_visible()
+
+    # Any tool card folds and unfolds by its title.
+    weather = page.locator('.card.tool[data-name="mock_city_weather"]')
+    assert await weather.locator("pre.result").is_visible()
+    await weather.locator(".card-title").click()
+    assert not await weather.locator("pre.result").is_visible()
+    assert await weather.locator(".card-title").get_attribute("aria-expanded") == "false"
+    await weather.locator(".card-title").click()
+
+    # Templates in arguments are shown filled in, as the tool got them.
+    args = json.loads(await weather.locator("pre.args").inner_text())
+    dated = json.loads(
+        await page.locator('.card.tool[data-name="city_datetime"] pre.result').inner_text()
+    )
+    assert args["date"] == dated["date"]
+    assert "{{city_datetime.date}}" in (await weather.get_attribute("data-template") or "")
+    assert "templates filled in" in await weather.locator(".label").first.inner_text()
+    await page.screenshot(path=shot("plan-done", viewport), full_page=True)
+
+    # Replayed from history, the filled-in arguments and the folding are the same.
+    if viewport is PHONE:
+        await page.click("#menu")
+    await page.locator("#chats li button").first.click()
+    await page.locator("#status", has_text="events replayed").wait_for()
+    assert json.loads(await weather.locator("pre.args").inner_text()) == args
+    assert await internal.evaluate_all("cs => cs.map(c => c.dataset.collapsed)") == ["true"] * 2
+    assert errors == []
+
+
+LONG_WORD = "https://example.com/" + "a" * 400
+
+
+def overflow(page: Page) -> Awaitable[Any]:
+    """How far the page or any message sticks out to the right of the window, in px."""
+    return page.evaluate(
+        """() => Math.max(document.documentElement.scrollWidth - innerWidth,
+             ...[...document.querySelectorAll('.user, .content, .card, #send, #cancel')]
+                .map(e => e.getBoundingClientRect().right - innerWidth))"""
+    )
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+async def test_the_page_fits_the_window(
+    open_page: OpenPage, quick_demo: Harness, viewport: dict[str, int]
+) -> None:
+    page, errors = await open_page(quick_demo.http_url, viewport)
+    sidebar = page.locator("#sidebar")
+    if viewport is PHONE:
+        # The sidebar is a drawer: the chat and Send take the whole width.
+        assert (await sidebar.bounding_box() or {"x": 0, "width": 1})["x"] < 0
+        assert await page.locator("#menu").is_visible()
+        await page.click("#menu")
+        await page.wait_for_function(
+            "() => document.getElementById('sidebar').getBoundingClientRect().left >= 0"
+        )
+        assert await page.locator("#menu").get_attribute("aria-expanded") == "true"
+        await page.screenshot(path=shot("fits-menu", viewport))
+        await page.select_option("#agent", "demo_oneshot")
+        await page.click("#scrim", position={"x": 370, "y": 400})
+        await page.wait_for_function(
+            "() => document.getElementById('sidebar').getBoundingClientRect().right <= 0"
+        )
+    else:
+        assert not await page.locator("#menu").is_visible()
+        assert (await sidebar.bounding_box() or {"x": -1})["x"] == 0
+        await page.select_option("#agent", "demo_oneshot")
+    if viewport is DESKTOP:  # the header names the agent the next message goes to
+        chosen = await page.locator('#agent option[value="demo_oneshot"]').inner_text()
+        assert await page.locator("#chat-agent").inner_text() == chosen
+
+    # A long unbroken message and its echo wrap inside the window.
+    await page.fill("#message", f"Look at {LONG_WORD}")
+    send = await page.locator("#send").bounding_box()
+    assert send is not None and send["x"] + send["width"] <= viewport["width"]
+    assert send["y"] + send["height"] <= viewport["height"]
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+    assert LONG_WORD in await page.locator(".run .content").inner_text()
+    assert await overflow(page) <= 0
+    await page.screenshot(path=shot("fits-long-text", viewport))
+    assert errors == []
+
+
+async def test_composer_feedback(
+    open_page: OpenPage, agents_dir: Path, provider: LoopbackProvider
+) -> None:
+    limits = {"max_message_bytes": 64, "http_max_body_bytes": 400}
+    async with Harness.start(agents_dir, provider, **limits) as small:
+        page, errors = await open_page(small.http_url, PHONE)
+        queries: list[str] = []
+        page.on("request", lambda r: queries.append(r.url) if "/api/query" in r.url else None)
+
+        # An empty message: a word next to the composer, and nothing sent.
+        await page.click("#send")
+        note = page.locator("#composer-note")
+        assert await note.inner_text() == "Type a message first."
+        assert await page.locator("#message").get_attribute("aria-invalid") == "true"
+        await page.screenshot(path=shot("composer-empty", PHONE))
+        await page.fill("#message", "   ")
+        await page.press("#message", "Enter")
+        assert queries == [] and await note.is_visible()
+
+        # A message over the limit is refused, and stays in the composer to be shortened.
+        text = "too long " * 10
+        await page.fill("#message", text)
+        assert not await note.is_visible()  # typing clears the note
+        await page.click("#send")
+        await page.wait_for_function("() => document.getElementById('composer-note').textContent")
+        assert (await note.inner_text()).startswith("Not sent: ")
+        assert "64" in await note.inner_text()
+        assert await page.input_value("#message") == text
+        assert await page.locator(".run").count() == 0
+        assert await page.locator("#send").is_enabled()
+        await page.screenshot(path=shot("composer-refused", PHONE))
+
+        # So is a request body over the adapter's limit.
+        huge = "x" * 500
+        await page.fill("#message", huge)
+        await page.click("#send")
+        await page.wait_for_function("() => document.getElementById('composer-note').textContent")
+        assert await note.inner_text() == "Not sent: Maximum request body size 400 exceeded."
+        assert await page.input_value("#message") == huge
+        assert await page.locator(".run").count() == 0
+
+        # Shortened, it goes, and only then leaves the composer.
+        provider.enqueue([content("Short and sweet."), finish("stop"), DONE])
+        await page.fill("#message", "Short")
+        await page.click("#send")
+        await page.locator('.run[data-status="complete"]').wait_for()
+        assert await page.input_value("#message") == ""
+        assert await note.inner_text() == ""
+        assert len(queries) == 3
+        # The refused queries are the console's only errors (their HTTP statuses).
+        assert len(errors) == 2 and "429" in errors[0] and "413" in errors[1]
+
+
+async def test_chat_list_and_reopening_a_chat_keeps_its_agent(
+    open_page: OpenPage, quick_demo: Harness
+) -> None:
+    page, errors = await open_page(quick_demo.http_url)
+    long_title = "A rather long first message that names the chat " + "and goes on " * 4
+    await page.select_option("#agent", "demo_oneshot")
+    await page.fill("#message", long_title)
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+    await page.click("#new-chat")
+    await page.select_option("#agent", "demo_action")
+    await page.fill("#message", "Make it light")
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+
+    # Each chat: its whole name (wrapped, not cut), its agent and when it last changed.
+    entries = page.locator("#chats li button")
+    await page.wait_for_function("() => document.querySelectorAll('#chats li').length === 2")
+    first = entries.nth(1)
+    name = await first.locator(".chat-name").inner_text()
+    assert name.startswith("A rather long first message")
+    assert await first.locator(".chat-name").evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert await first.locator(".chat-agent").inner_text() == "Friendly assistant"  # its name
+    assert await first.locator("time").inner_text() == "just now"
+    assert await first.get_attribute("data-agent-key") == "demo_oneshot"
+    await page.screenshot(path=shot("chat-list", DESKTOP))
+
+    # Opening the older chat brings its agent back, so the next message goes to it.
+    chat_id = await first.get_attribute("data-chat-id")
+    await first.click()
+    await page.locator("#status", has_text="events replayed").wait_for()
+    assert await page.input_value("#agent") == "demo_oneshot"
+    await page.fill("#message", "And one more thing")
+    async with page.expect_request("**/api/query") as sent:
+        await page.click("#send")
+    body = json.loads((await sent.value).post_data or "{}")
+    assert body["agentKey"] == "demo_oneshot"
+    assert body["chatId"] == chat_id
+    await page.locator('.run[data-status="complete"] >> nth=1').wait_for()
+    assert errors == []
+
+
+FORM_TOOLS = {
+    "tools": [
+        {
+            "name": "book",
+            "description": "Ask the user for the booking's details.",
+            "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
+            "answerSchema": {
+                "type": "object",
+                "properties": {
+                    "guests": {"type": "integer", "minimum": 1, "default": 2},
+                    "time": {"type": "string", "enum": ["18:00", "20:00"], "default": "20:00"},
+                    "terrace": {"type": "boolean", "title": "On the terrace"},
+                    "name": {"type": "string", "description": "Whose name the table is in."},
+                },
+                "required": ["guests", "time", "name"],
+            },
+            "toolParams": {"submitLabel": "Book"},
+        },
+        {"name": "note_it", "description": "Ask the user for a note."},
+    ]
+}
+
+
+@module_fixture
+async def form_gateway(tmp_path: Path, provider: LoopbackProvider) -> AsyncIterator[Harness]:
+    """A gateway whose agent `ui` has two frontend tools: one with an answer schema, one bare."""
+    agents_dir = tmp_path / "agents"
+    write_agent(
+        agents_dir,
+        "ui",
+        oneshot_agent(
+            "Ask.", toolConfig={"backends": [], "frontends": ["book", "note_it"], "actions": []}
+        ),
+    )
+    tools_dir = tmp_path / "tools"
+    tools_dir.mkdir()
+    (tools_dir / "forms.html").write_text(json.dumps(FORM_TOOLS))
+    async with Harness.start(agents_dir, provider, tools_dir=tools_dir) as harness:
+        yield harness
+
+
+async def test_a_form_built_from_the_answer_schema(
+    open_page: OpenPage, form_gateway: Harness, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        call_turn(("call_b", "book", '{"question":"Your booking?"}')),
+        call_turn(("call_n", "note_it", "{}")),
+        answer_turn("Booked."),
+    )
+    page, errors = await open_page(form_gateway.http_url, PHONE)
+    await page.fill("#message", "A table please")
+    await page.click("#send")
+    form = page.locator('.card.tool[data-name="book"] .schema-form')
+    await form.wait_for()
+    assert await form.locator(".question").inner_text() == "Your booking?"
+    assert await form.locator('input[name="guests"]').input_value() == "2"  # the default
+    assert await form.locator('select[name="time"] option:checked').inner_text() == "20:00"
+    assert await form.locator('[data-field="terrace"] .field-label').inner_text() == (
+        "On the terrace"
+    )
+    # The fields in a stable order (a Struct keeps no key order): the required ones as
+    # `required` lists them, then the others by name.
+    names = await form.locator("[data-field]").evaluate_all("fs => fs.map(f => f.dataset.field)")
+    assert names == ["guests", "time", "name", "terrace"]
+    await page.screenshot(path=shot("schema-form", PHONE))
+
+    # Required fields are checked, and so are whole numbers.
+    await form.locator('input[name="guests"]').fill("2.5")
+    await form.locator('button[type="submit"]').click()
+    assert await form.locator(".note.bad").inner_text() == "guests: a whole number"
+    await form.locator('input[name="guests"]').fill("4")
+    await form.locator('button[type="submit"]').click()
+    assert await form.locator(".note.bad").inner_text() == "name: required"
+    await form.locator('input[name="name"]').fill("Ada")
+    await form.locator('select[name="time"]').select_option("18:00")
+    await form.locator('input[name="terrace"]').check()
+    await form.locator('button[type="submit"]', has_text="Book").click()
+
+    # The answer is typed as the schema says: 4 stays an integer.
+    result = page.locator('.card.tool[data-name="book"] pre.result')
+    await result.wait_for()
+    answer = {"guests": 4, "time": "18:00", "terrace": True, "name": "Ada"}
+    assert json.loads(await result.inner_text()) == answer
+    assert json.loads(provider.requests[1]["messages"][-1]["content"]) == answer
+
+    # A tool with neither view nor schema: an empty answer box that refuses to send nothing.
+    bare = page.locator('.card.tool[data-name="note_it"] .tool-form')
+    await bare.wait_for()
+    assert await bare.locator("textarea").input_value() == ""
+    await bare.locator('button[type="submit"]').click()
+    assert "Type an answer first." in await bare.inner_text()
+    assert len(provider.requests) == 2  # still waiting
+    await bare.locator("textarea").fill("Window seat")
+    await bare.locator('button[type="submit"]').click()
+    await page.locator('.run[data-status="complete"]').wait_for()
+    note_result = page.locator('.card.tool[data-name="note_it"] pre.result')
+    assert await note_result.inner_text() == "Window seat"  # plain text, sent as a string
+    assert provider.requests[2]["messages"][-1]["content"] == "Window seat"
+    assert errors == []
 
 
 async def test_a_dropped_stream_resumes_from_the_last_event(
-    browser: Browser, gateway: Harness, provider: LoopbackProvider
+    open_page: OpenPage, gateway: Harness, provider: LoopbackProvider
 ) -> None:
     gate = asyncio.Event()
     provider.enqueue([content("one "), Gate(gate), content("two"), finish("stop"), DONE])
-    page, errors = await open_page(browser, gateway.http_url)
+    page, errors = await open_page(gateway.http_url)
     await page.select_option("#agent", "plain")
     await page.fill("#message", "Keep going")
     await page.click("#send")
@@ -201,10 +614,10 @@ async def test_a_dropped_stream_resumes_from_the_last_event(
 
 
 async def test_cancel_a_run_from_the_page(
-    browser: Browser, gateway: Harness, provider: LoopbackProvider
+    open_page: OpenPage, gateway: Harness, provider: LoopbackProvider
 ) -> None:
     provider.enqueue([content("Working on it"), Gate(asyncio.Event()), DONE])
-    page, errors = await open_page(browser, gateway.http_url)
+    page, errors = await open_page(gateway.http_url)
     await page.select_option("#agent", "plain")
     await page.fill("#message", "Take your time")
     await page.click("#send")
@@ -213,6 +626,8 @@ async def test_cancel_a_run_from_the_page(
     await page.locator('.run[data-status="cancel"]').wait_for()
     assert "cancelled (cancel)" in await page.locator(".run .run-status").inner_text()
     assert await page.locator("#send").is_enabled()
+    await page.wait_for_load_state("networkidle")  # the Cancel call has answered too
+    assert await page.locator("#status").inner_text() == ""  # no "cancelling…" left behind
 
     # The next message continues the same chat.
     provider.enqueue([content("Done."), finish("stop"), DONE])
@@ -224,8 +639,10 @@ async def test_cancel_a_run_from_the_page(
     assert errors == []
 
 
-async def test_a_structured_question_in_the_browser(browser: Browser, quick_demo: Harness) -> None:
-    page, errors = await open_page(browser, quick_demo.http_url)
+async def test_a_structured_question_in_the_browser(
+    open_page: OpenPage, quick_demo: Harness
+) -> None:
+    page, errors = await open_page(quick_demo.http_url)
     await page.select_option("#agent", "demo_question")
     await page.fill("#message", "A trip in spring")
     await page.click("#send")
@@ -242,8 +659,7 @@ async def test_a_structured_question_in_the_browser(browser: Browser, quick_demo
     assert "Ruins and long lunches" in await form.inner_text()
     await form.locator('input[value="Rome"]').check()
     await form.locator('input[name="answer"]').fill("Lisbon")
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "gateway-page-question.png"), full_page=True)
+    await page.screenshot(path=shot("question", DESKTOP), full_page=True)
     await form.locator('button[type="submit"]').click()
     await page.locator('.run[data-status="complete"]').wait_for()
     result = page.locator('.card.tool[data-name="ask_user"] pre.result')
@@ -254,9 +670,9 @@ async def test_a_structured_question_in_the_browser(browser: Browser, quick_demo
 
 
 async def test_a_subagents_run_nested_in_its_callers_card(
-    browser: Browser, quick_demo: Harness
+    open_page: OpenPage, quick_demo: Harness
 ) -> None:
-    page, errors = await open_page(browser, quick_demo.http_url)
+    page, errors = await open_page(quick_demo.http_url)
     await page.select_option("#agent", "demo_team")
     await page.fill("#message", "Weather in Paris tomorrow?")
     await page.click("#send")
@@ -269,7 +685,7 @@ async def test_a_subagents_run_nested_in_its_callers_card(
     assert await nested.locator(".content").count() == 1
     assert await call.locator(":scope > pre.result").count() == 1  # after its nested run
     assert await page.locator(".run > .run-body > .content").count() == 1
-    await page.screenshot(path=str(ARTIFACTS / "gateway-page-subagent.png"), full_page=True)
+    await page.screenshot(path=shot("subagent", DESKTOP), full_page=True)
 
     # Replayed from history, the nested run sits in the same place.
     await page.click("#new-chat")

@@ -1328,6 +1328,8 @@ class ToolStart(_message.Message):
     TOOL_API_FIELD_NUMBER: _builtins.int
     TOOL_PARAMS_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    ANSWER_SCHEMA_FIELD_NUMBER: _builtins.int
+    VIEW_HTML_FIELD_NUMBER: _builtins.int
     tool_id: _builtins.str
     """Id of the call: the model's tool_call_id for backend tools, "t_" + 8 hex
     for frontend tools.
@@ -1340,9 +1342,21 @@ class ToolStart(_message.Message):
     """The tool's API or view address, when it has one."""
     description: _builtins.str
     """The tool's description."""
+    view_html: _builtins.str
+    """Frontend tools: the HTML document of the tool's view, from the tool file's
+    `view`. Clients render it sandboxed; see README "Frontend tool views" for
+    the postMessage protocol that carries the arguments in and the answer out.
+    """
     @_builtins.property
     def tool_params(self) -> _struct_pb2.Struct:
         """Static parameters of the tool definition."""
+
+    @_builtins.property
+    def answer_schema(self) -> _struct_pb2.Struct:
+        """Frontend tools: the JSON Schema of the answer the tool waits for (the
+        `payload` of Submit), from the tool file's `answerSchema`; clients without
+        a view build a form from it.
+        """
 
     def __init__(
         self,
@@ -1353,10 +1367,12 @@ class ToolStart(_message.Message):
         tool_api: _builtins.str = ...,
         tool_params: _struct_pb2.Struct | None = ...,
         description: _builtins.str = ...,
+        answer_schema: _struct_pb2.Struct | None = ...,
+        view_html: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["tool_params", b"tool_params"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer_schema", b"answer_schema", "tool_params", b"tool_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "tool_api", b"tool_api", "tool_id", b"tool_id", "tool_name", b"tool_name", "tool_params", b"tool_params", "tool_type", b"tool_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer_schema", b"answer_schema", "description", b"description", "tool_api", b"tool_api", "tool_id", b"tool_id", "tool_name", b"tool_name", "tool_params", b"tool_params", "tool_type", b"tool_type", "view_html", b"view_html"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1424,6 +1440,7 @@ class ToolResult(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     CACHED_FIELD_NUMBER: _builtins.int
+    RENDERED_ARGUMENTS_FIELD_NUMBER: _builtins.int
     tool_id: _builtins.str
     """Id of the call."""
     error: _builtins.bool
@@ -1432,6 +1449,10 @@ class ToolResult(_message.Message):
     """Whether the result is an earlier result of an identical call within the run (same
     tool, same arguments), given again without executing the tool: only for tools
     declared cacheable.
+    """
+    rendered_arguments: _builtins.str
+    """The JSON arguments the tool ran with, when argument templates
+    (`{{tool.field}}`) were rendered in them; empty otherwise.
     """
     @_builtins.property
     def result(self) -> _struct_pb2.Value:
@@ -1444,10 +1465,11 @@ class ToolResult(_message.Message):
         result: _struct_pb2.Value | None = ...,
         error: _builtins.bool = ...,
         cached: _builtins.bool = ...,
+        rendered_arguments: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached", b"cached", "error", b"error", "result", b"result", "tool_id", b"tool_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached", b"cached", "error", b"error", "rendered_arguments", b"rendered_arguments", "result", b"result", "tool_id", b"tool_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

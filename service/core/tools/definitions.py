@@ -17,7 +17,11 @@ with the earlier result, marked `cached`, instead of running again — declare i
 for tools without side effects whose result does not change within a run). A frontend
 tool's `toolApi` and `toolParams` are passed to the client in `tool.start`; a backend
 tool's configure the HTTP call that runs it (see service/toolsources/http.py) and stay
-in the service. A broken file is reported with the file, the entry and the field.
+in the service. A frontend tool may also have `answerSchema` (the JSON Schema of the
+answer it waits for) and `view` (an HTML file, relative to the tool file's directory and
+inside it, e.g. `views/confirm_dialog.html`): both go to the client in `tool.start`, so a
+page can render the view or build a form for the answer. A broken file is reported with
+the file, the entry and the field.
 
 A tool that comes from a source outside the service (an MCP server, an HTTP
 endpoint) carries its `ToolOrigin`, which a run describes once with
@@ -49,6 +53,7 @@ SUFFIXES: dict[str, tuple[ToolKind, str]] = {
     ".dqlc": ("frontend", "dqlc"),
 }
 NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+MAX_VIEW_BYTES = 256 * 1024  # the largest view file a frontend tool may name
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,8 @@ class ToolDefinition:
     tool_params: Mapping[str, Any] | None = None
     timeout_s: float | None = None
     cacheable: bool = False  # an identical call within a run may reuse the earlier result
+    answer_schema: Mapping[str, Any] | None = None  # frontend: JSON Schema of the answer
+    view_html: str = ""  # frontend: the HTML document of its view
     source: str = "built-in"  # the file that defines it
     origin: ToolOrigin | None = None  # the outside source that runs it, if any
 
@@ -112,6 +119,10 @@ class ToolDefinition:
             out["tool_api"] = self.tool_api
         if self.tool_params:
             out["tool_params"] = to_struct(dict(self.tool_params))
+        if self.answer_schema:
+            out["answer_schema"] = to_struct(dict(self.answer_schema))
+        if self.view_html:
+            out["view_html"] = self.view_html
         return out
 
 
@@ -135,6 +146,10 @@ class _Entry(BaseModel):
         None, gt=0, validation_alias=AliasChoices("timeoutMs", "timeout_ms")
     )
     cacheable: bool = False
+    answer_schema: dict[str, Any] | None = Field(
+        None, validation_alias=AliasChoices("answerSchema", "answer_schema")
+    )
+    view: str = ""
 
 
 class _File(BaseModel):
@@ -154,11 +169,16 @@ def load_tool_file(path: Path) -> tuple[ToolDefinition, ...]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolDefinitionError([f"not UTF-8 text ({exc})"], path.name) from exc
-    return parse_tool_text(text, path.suffix, source=path.name)
+    return parse_tool_text(text, path.suffix, source=path.name, base=path.parent)
 
 
-def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDefinition, ...]:
-    """The tools of a file's text; `suffix` (e.g. ".backend") sets their kind."""
+def parse_tool_text(
+    text: str, suffix: str, *, source: str = "", base: Path | None = None
+) -> tuple[ToolDefinition, ...]:
+    """The tools of a file's text; `suffix` (e.g. ".backend") sets their kind.
+
+    `base` is the directory that an entry's `view` is read from (none: views refused).
+    """
     kind = SUFFIXES.get(suffix.lower())
     if kind is None:
         raise ToolDefinitionError([f"unknown tool file suffix {suffix!r}"], source)
@@ -192,6 +212,16 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
             issues.append(f"{where}.timeoutMs: only backend tools have a time-out")
         if kind[0] != "backend" and entry.cacheable:
             issues.append(f"{where}.cacheable: only backend tools may be cached")
+        if kind[0] != "frontend" and (entry.view or entry.answer_schema is not None):
+            issues.append(f"{where}: only frontend tools have a view or an answerSchema")
+        if entry.answer_schema is not None and not isinstance(entry.answer_schema.get("type"), str):
+            issues.append(f'{where}.answerSchema.type: must be a JSON Schema type, e.g. "object"')
+        view_html = ""
+        if entry.view and kind[0] == "frontend":
+            try:
+                view_html = _read_view(base, entry.view)
+            except ValueError as exc:
+                issues.append(f"{where}.view: {exc}")
         tools.append(
             ToolDefinition(
                 name=entry.name,
@@ -204,12 +234,34 @@ def parse_tool_text(text: str, suffix: str, *, source: str = "") -> tuple[ToolDe
                 tool_params=entry.tool_params,
                 timeout_s=entry.timeout_ms / 1000 if entry.timeout_ms else None,
                 cacheable=entry.cacheable,
+                answer_schema=entry.answer_schema,
+                view_html=view_html,
                 source=source or "text",
             )
         )
     if issues:
         raise ToolDefinitionError(issues, source)
     return tuple(tools)
+
+
+def _read_view(base: Path | None, name: str) -> str:
+    """The HTML of view file `name` under `base`; ValueError says why it cannot be used."""
+    if base is None:
+        raise ValueError("views are read only from tool files in a directory")
+    root = base.resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root) or path == root:
+        raise ValueError(f"{name!r} is outside the tool file's directory")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {name!r} ({exc.strerror or exc})") from None
+    if len(data) > MAX_VIEW_BYTES:
+        raise ValueError(f"{name!r} is larger than {MAX_VIEW_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name!r} is not UTF-8 text") from None
 
 
 def schema_issues(schema: Mapping[str, Any]) -> list[str]:

@@ -109,6 +109,9 @@ class ToolExecutor:
         # `source`, which no tool source uses: these run instead of the registry's.
         self.delegates: dict[str, ToolHandler] = {}
         self.memory = ResultMemory()
+        # Arguments whose templates were rendered, by call id, until the call's result is
+        # emitted with them (shared by the scoped copies, like the memory).
+        self.rendered: dict[str, str] = {}
         self.loops = LoopDetector()
         self.ask_on_loop = False  # ask the user what to do with a loop (agent `loopDetect.ask`)
         self.cache: dict[tuple[str, str], Any] = {}  # results of cacheable calls of the run
@@ -224,8 +227,15 @@ class ToolExecutor:
             self.out.emit(events.action_result(call.id, _plain(outcome.result)))
         else:
             result = _plain(outcome.result)
+            rendered = self.rendered.pop(call.id, "")
             self.out.emit(
-                events.tool_result(call.id, result, error=outcome.error, cached=outcome.cached)
+                events.tool_result(
+                    call.id,
+                    result,
+                    error=outcome.error,
+                    cached=outcome.cached,
+                    rendered_arguments=rendered,
+                )
             )
         if not outcome.error:
             self.memory.record(call.name, outcome.result)
@@ -267,6 +277,7 @@ class ToolExecutor:
             rendered: dict[str, Any] = render(arguments, self.memory)
         except TemplateError as exc:
             raise ToolError(f"argument template: {exc}") from None
+        self.rendered[call.id] = _json(rendered)
         return rendered
 
     async def _backend(

@@ -25,6 +25,19 @@ const view = new ChatView($('log'), {
 
 function setStatus(text) { $('status').textContent = text; }
 
+/** Feedback about the message being written (empty, refused), next to the composer. */
+function setNote(text) {
+  $('composer-note').textContent = text;
+  $('message').setAttribute('aria-invalid', text ? 'true' : 'false');
+}
+
+/** The sidebar is a drawer on narrow screens: the menu button opens it. */
+function setMenu(open) {
+  document.body.dataset.menu = open ? 'open' : 'closed';
+  $('menu').setAttribute('aria-expanded', open ? 'true' : 'false');
+  $('scrim').hidden = !open;
+}
+
 function setBusy(busy) {
   $('send').disabled = busy;
   $('cancel').disabled = !busy;
@@ -39,6 +52,7 @@ async function loadAgents() {
     state.agents = data.agents || [];
   } catch (error) {
     setStatus(`agents unavailable: ${error.message}`);
+    loadChats();
     return;
   }
   const select = $('agent');
@@ -47,17 +61,45 @@ async function loadAgents() {
   const saved = localStorage.getItem('agw.agent');
   if (saved && state.agents.some((a) => a.key === saved)) select.value = saved;
   describeAgent();
+  loadChats(); // their agents' names are known now
 }
 
 function iconOf(icon) {
   return icon && icon.startsWith('emoji:') ? `${icon.slice(6)} ` : '';
 }
 
+function agentName(key) {
+  const agent = state.agents.find((a) => a.key === key);
+  return agent ? agent.name || agent.key : key;
+}
+
+/** Picks `key` as the agent the next message goes to (when it is loaded). */
+function selectAgent(key) {
+  if (!key || !state.agents.some((a) => a.key === key)) return false;
+  $('agent').value = key;
+  describeAgent();
+  return true;
+}
+
 function describeAgent() {
   const agent = state.agents.find((a) => a.key === $('agent').value);
   const mode = (agent?.mode || '').replace('AGENT_MODE_', '');
   $('agent-description').textContent = agent ? `${mode} — ${agent.description || ''}` : '';
+  $('chat-agent').textContent = agent ? `${iconOf(agent.icon)}${agent.name || agent.key}` : '';
   if (agent) localStorage.setItem('agw.agent', agent.key);
+}
+
+/** "just now", "5 min ago", "3 h ago", else the date (and the time when it is this year). */
+function whenText(ms, now = Date.now()) {
+  if (!ms) return '';
+  const seconds = Math.max(0, (now - ms) / 1000);
+  if (seconds < 60) return 'just now';
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  const date = new Date(ms);
+  return date.getFullYear() === new Date(now).getFullYear()
+    ? date.toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
+    : date.toLocaleDateString();
 }
 
 // Chats ----------------------------------------------------------------------------------
@@ -67,20 +109,28 @@ async function loadChats() {
   try {
     const data = await call('/api/chats', { query: { pageSize: 50 } });
     $('chats-note').textContent = data.chats?.length ? '' : 'No chats yet.';
-    list.replaceChildren(...(data.chats || []).map((chat) => h('li', {},
-      h('button', {
+    list.replaceChildren(...(data.chats || []).map((chat) => {
+      const name = chat.chatName || chat.chatId;
+      const when = Number(chat.updatedAt || chat.createdAt || 0);
+      return h('li', {}, h('button', {
         type: 'button',
         class: chat.chatId === state.chatId ? 'current' : '',
-        title: new Date(chat.updatedAt || 0).toLocaleString(),
+        title: `${name}\n${when ? new Date(when).toLocaleString() : ''}`,
         'data-chat-id': chat.chatId,
-        onclick: () => openChat(chat.chatId),
-      }, chat.chatName || chat.chatId))));
+        'data-agent-key': chat.agentKey || '',
+        onclick: () => openChat(chat.chatId, chat.agentKey),
+      },
+      h('span', { class: 'chat-name' }, name),
+      h('span', { class: 'chat-meta' },
+        h('span', { class: 'chat-agent' }, chat.agentKey ? agentName(chat.agentKey) : ''),
+        h('time', { datetime: when ? new Date(when).toISOString() : '' }, whenText(when)))));
+    }));
   } catch (error) {
     $('chats-note').textContent = `History unavailable: ${error.message}`;
   }
 }
 
-async function openChat(chatId) {
+async function openChat(chatId, agentKey = '') {
   if (state.run && !state.run.ended) return;
   try {
     const data = await call('/api/chat', { query: { chatId } });
@@ -93,7 +143,12 @@ async function openChat(chatId) {
     } finally {
       view.replaying = false;
     }
-    setStatus(`${(data.events || []).length} events replayed`);
+    // The next message goes on with the agent of the chat's latest run.
+    const queries = (data.events || []).filter((ev) => ev.type === 'request.query' && ev.agentKey);
+    const latest = queries.length ? queries[queries.length - 1].agentKey : agentKey;
+    if (latest && !selectAgent(latest)) setStatus(`this chat's agent ${latest} is not loaded`);
+    else setStatus(`${(data.events || []).length} events replayed`);
+    setMenu(false);
     loadChats();
   } catch (error) {
     setStatus(`cannot open chat: ${error.message}`);
@@ -106,6 +161,8 @@ function newChat() {
   view.clear();
   $('chat-title').textContent = 'New chat';
   setStatus('');
+  setNote('');
+  setMenu(false);
   loadChats();
 }
 
@@ -121,31 +178,60 @@ function onEvent(run, message) {
   if (!run.runId && ev.runId) run.runId = ev.runId;
   if (ev.chatId) state.chatId = ev.chatId;
   view.handle(ev);
-  if (TERMINAL.has(ev.type)) run.ended = true;
+  if (TERMINAL.has(ev.type)) {
+    run.ended = true;
+    setStatus('');
+  }
 }
 
-async function send(text) {
+/** Sends the composer's message. The text stays in the composer until the service has
+ *  accepted the query (its first event), so a refused message (too large, no agent,
+ *  service down) is still there to be shortened or sent again. */
+async function send() {
+  const text = $('message').value;
   const agentKey = $('agent').value;
-  if (!text.trim() || !agentKey || (state.run && !state.run.ended)) return;
+  if (state.run && !state.run.ended) return;
+  if (!text.trim()) {
+    setNote('Type a message first.');
+    $('message').focus();
+    return;
+  }
+  if (!agentKey) {
+    setNote('Pick an agent first.');
+    return;
+  }
+  setNote('');
   const run = { runId: '', lastSeq: 0, ended: false, abort: new AbortController() };
   state.run = run;
   setBusy(true);
   setStatus('running…');
+  let accepted = false;
+  const onMessage = (m) => {
+    if (!accepted) {
+      accepted = true;
+      if ($('message').value === text) $('message').value = '';
+    }
+    onEvent(run, m);
+  };
   try {
     await stream('/api/query', {
       method: 'POST',
       body: { agentKey, message: text, chatId: state.chatId || undefined },
       signal: run.abort.signal,
-    }, (m) => onEvent(run, m));
+    }, onMessage);
     await resume(run);
     setStatus(run.ended ? '' : 'the stream ended early');
   } catch (error) {
-    if (error.name !== 'AbortError') {
+    if (!accepted && error instanceof ApiError) {
+      setStatus('');
+      setNote(`Not sent: ${error.message}`);
+    } else if (error.name !== 'AbortError') {
       try {
         await resume(run, error);
         setStatus('');
       } catch (final) {
         setStatus(`error: ${final.message}`);
+        if (!accepted) setNote(`Not sent: ${final.message}`);
       }
     }
   } finally {
@@ -179,10 +265,12 @@ async function cancel() {
   const run = state.run;
   if (!run || run.ended || !run.runId) return;
   try {
+    setStatus('cancelling…');
     const reply = await call('/api/cancel', { method: 'POST', body: { runId: run.runId } });
-    setStatus(reply.cancelled ? 'cancelling…' : reply.detail);
+    if (run.ended) setStatus(''); // run.cancel came first: nothing is pending any more
+    else if (!reply.cancelled) setStatus(reply.detail);
   } catch (error) {
-    setStatus(`cancel failed: ${error.message}`);
+    if (!run.ended) setStatus(`cancel failed: ${error.message}`);
   }
 }
 
@@ -190,10 +278,9 @@ async function cancel() {
 
 $('composer').addEventListener('submit', (e) => {
   e.preventDefault();
-  const text = $('message').value;
-  $('message').value = '';
-  send(text);
+  send();
 });
+$('message').addEventListener('input', () => { if ($('message').value.trim()) setNote(''); });
 $('message').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
     e.preventDefault();
@@ -204,7 +291,10 @@ $('cancel').addEventListener('click', cancel);
 $('agent').addEventListener('change', describeAgent);
 $('new-chat').addEventListener('click', newChat);
 $('refresh-chats').addEventListener('click', loadChats);
+$('menu').addEventListener('click', () => setMenu(document.body.dataset.menu !== 'open'));
+$('close-menu').addEventListener('click', () => setMenu(false));
+$('scrim').addEventListener('click', () => setMenu(false));
 
 setBusy(false);
+setMenu(false);
 loadAgents();
-loadChats();

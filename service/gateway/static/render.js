@@ -6,7 +6,17 @@
 
 import { askHandlers } from './asks.js';
 import { h, pretty } from './dom.js';
+import { schemaForm, viewFrame } from './forms.js';
 import { planHandlers } from './plan.js';
+
+/** Tools of the plan machinery, shown as one folded line: the plan card shows their effect. */
+const INTERNAL_TOOL = /^_plan_/;
+
+/** "_plan_update_task_" → "plan: update task". */
+function internalLabel(name) {
+  const words = name.replace(/^_+|_+$/g, '').split('_');
+  return `${words[0]}: ${words.slice(1).join(' ')}`;
+}
 
 /** Client-side actions the page knows how to perform. */
 function perform(name, param) {
@@ -19,6 +29,13 @@ function perform(name, param) {
     document.body.append(show);
     setTimeout(() => show.remove(), seconds * 1000);
   }
+}
+
+/** Tells a tool's view (if `form` holds one) whether its answer was taken, so that it can
+ *  let the user try again when it was not. */
+function tellView(form, accepted, detail) {
+  form.querySelector('iframe')?.contentWindow?.postMessage(
+    { type: 'agw.answered', accepted, detail }, '*');
 }
 
 /** The whole conversation: user messages and one RunView per run. */
@@ -156,24 +173,39 @@ export class RunView {
 
   // Tools and actions ------------------------------------------------------------------
 
+  /** A tool or action card. Its title folds and unfolds it; the plan's own tools start
+   *  folded, and a frontend tool's arguments are folded under its form. */
   card(ev, id, { kind, name, type, description }) {
     const args = document.createTextNode('');
-    const el = h('div', { class: `card ${kind}`, 'data-id': id, 'data-name': name || '' },
-      h('div', { class: 'card-title' }, name || kind, h('span', { class: 'kind' }, type || kind)),
-      description ? h('div', { class: 'note' }, description) : null,
-      h('div', { class: 'label' }, 'arguments'),
-      h('pre', { class: 'args' }, args));
+    const internal = kind === 'tool' && INTERNAL_TOOL.test(name || '');
+    const frontend = kind === 'tool' && type && type !== 'backend';
+    const title = h('button', { type: 'button', class: 'card-title', 'aria-expanded': 'true' },
+      internal ? internalLabel(name) : name || kind, h('span', { class: 'kind' }, type || kind));
+    const argsLabel = h('span', { class: 'label' }, 'arguments');
+    const argsBox = frontend
+      ? h('details', { class: 'args-box' }, h('summary', {}, argsLabel), h('pre', { class: 'args' }, args))
+      : h('div', { class: 'args-box' }, argsLabel, h('pre', { class: 'args' }, args));
+    const el = h('div', {
+      class: `card ${kind}${internal ? ' internal' : ''}`, 'data-id': id, 'data-name': name || '',
+    }, title, description && !internal ? h('div', { class: 'note' }, description) : null, argsBox);
+    title.addEventListener('click', () => this.fold(el, el.dataset.collapsed !== 'true'));
+    if (internal) this.fold(el, true);
     this.place(ev).append(el);
-    const state = { el, args, type, name };
+    const state = { el, args, argsLabel, type, name };
     this.blocks.set(id, state);
     this.root.owners.set(id, this);
     return state;
   }
 
+  fold(el, collapsed) {
+    el.dataset.collapsed = collapsed ? 'true' : 'false';
+    el.querySelector(':scope > .card-title').setAttribute('aria-expanded', collapsed ? 'false' : 'true');
+  }
+
   on_tool_start(ev) {
-    this.card(ev, ev.toolId, {
+    Object.assign(this.card(ev, ev.toolId, {
       kind: 'tool', name: ev.toolName, type: ev.toolType, description: ev.description,
-    }).api = ev.toolApi;
+    }), { params: ev.toolParams, viewHtml: ev.viewHtml, answerSchema: ev.answerSchema });
   }
   on_tool_args(ev) { this.blocks.get(ev.toolId)?.args.appendData(ev.delta || ''); }
   on_tool_end(ev) {
@@ -193,6 +225,11 @@ export class RunView {
     if (!tool) return;
     tool.answered = true;
     tool.form?.remove();
+    if (ev.renderedArguments) { // the arguments as the tool got them, templates filled in
+      tool.el.dataset.template = tool.args.data;
+      tool.args.data = pretty(ev.renderedArguments);
+      tool.argsLabel.textContent = 'arguments (templates filled in)';
+    }
     tool.el.dataset.state = ev.error ? 'error' : 'done';
     tool.el.append(h('div', { class: 'label' }, ev.error ? 'error' : 'result'),
       h('pre', { class: 'result' }, pretty(ev.result ?? null)));
@@ -202,15 +239,36 @@ export class RunView {
       ?.append(` · ${ev.durationMs || 0} ms`);
   }
 
-  /** A frontend tool waits for the user: a form whose submission is the tool's result. */
+  /** A frontend tool waits for the user: its view (sandboxed), else a form built from its
+   *  answer schema, else a free answer; what the user sends is the tool's result. */
   toolForm(ev, tool) {
     let args = {};
     try {
       args = JSON.parse(tool.args.data || '{}') || {};
     } catch { /* arguments that are not JSON: the plain form below */ }
-    const input = h('textarea', { name: 'payload', 'aria-label': `Answer for ${tool.name}` }, '{}');
-    const note = h('div', { class: 'note' },
-      tool.api ? `view: ${tool.api} — ` : '', 'answer as JSON (or plain text)');
+    const answer = (payload) => this.answer(ev, ev.toolId, payload, tool.form);
+    if (tool.viewHtml) {
+      tool.form = h('form', { class: 'tool-form' }, viewFrame({
+        toolId: ev.toolId, toolName: tool.name, html: tool.viewHtml, args, params: tool.params,
+      }, answer));
+    } else if (tool.answerSchema && typeof tool.answerSchema === 'object') {
+      tool.form = schemaForm(tool.answerSchema, answer, tool.params?.submitLabel || 'Submit');
+      if (typeof args.question === 'string') {
+        tool.form.prepend(h('div', { class: 'question' }, args.question));
+      }
+    } else {
+      this.freeForm(ev, tool, args);
+    }
+    tool.el.append(tool.form);
+  }
+
+  /** A tool with neither view nor schema: its options as buttons, or an answer typed as
+   *  JSON or plain text (never an empty one). */
+  freeForm(ev, tool, args) {
+    const input = h('textarea', {
+      name: 'payload', 'aria-label': `Answer for ${tool.name}`, placeholder: 'JSON or plain text',
+    });
+    const note = h('div', { class: 'note' }, 'answer as JSON (or plain text)');
     const button = h('button', { type: 'submit', class: 'primary' }, 'Submit');
     const form = h('form', { class: 'tool-form' });
     if (typeof args.question === 'string') form.append(h('div', { class: 'question' }, args.question));
@@ -225,6 +283,12 @@ export class RunView {
     form.append(note, input, h('div', { class: 'buttons' }, button));
     form.addEventListener('submit', (e) => {
       e.preventDefault();
+      if (!input.value.trim()) {
+        note.textContent = 'Type an answer first.';
+        note.classList.add('bad');
+        input.focus();
+        return;
+      }
       let payload;
       try {
         payload = JSON.parse(input.value);
@@ -234,23 +298,25 @@ export class RunView {
       this.answer(ev, ev.toolId, payload, form);
     });
     tool.form = form;
-    tool.el.append(form);
   }
 
   /** Sends `payload` to the waiting `toolId` and reports the outcome inside `form`. */
   async answer(ev, toolId, payload, form) {
-    const buttons = form.querySelectorAll('button, textarea, input');
+    const buttons = form.querySelectorAll('button, textarea, input, select');
     buttons.forEach((b) => { b.disabled = true; });
     const note = h('div', { class: 'note' }, 'sending…');
     form.append(note);
     try {
       const reply = await this.submit(ev, toolId, payload);
       note.textContent = reply.accepted ? 'sent' : `not accepted: ${reply.detail || reply.outcome}`;
+      if (reply.accepted) form.querySelector('iframe')?.remove();
       if (!reply.accepted) buttons.forEach((b) => { b.disabled = false; });
+      tellView(form, reply.accepted, reply.detail || '');
     } catch (error) {
       note.textContent = `failed: ${error.message}`;
       note.classList.add('bad');
       buttons.forEach((b) => { b.disabled = false; });
+      tellView(form, false, error.message);
     }
   }
 

@@ -119,3 +119,49 @@ def test_load_tool_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff")
     with pytest.raises(ToolDefinitionError, match=r"^ui\.action: not UTF-8 text"):
         load_tool_file(path)
+
+
+def test_a_frontend_view_and_answer_schema(tmp_path: Path) -> None:
+    (tmp_path / "views").mkdir()
+    (tmp_path / "views" / "card.html").write_text("<!doctype html><p>card</p>")
+    (tmp_path / "secret.txt").write_text("no")
+    answer = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    entry = {"name": "card", "description": "x", "view": "views/card.html", "answerSchema": answer}
+    path = tmp_path / "card.html"
+    path.write_text(json.dumps({"tools": [entry]}))
+    (tool,) = load_tool_file(path)
+    assert (tool.view_html, tool.answer_schema) == ("<!doctype html><p>card</p>", answer)
+    start = tool.start_fields()
+    assert start["view_html"] == tool.view_html
+    assert dict(start["answer_schema"])["required"] == ["n"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "suffix", "expected"),
+    [
+        ({"view": "../secret.txt"}, ".html", "tools[0].view: '../secret.txt' is outside"),
+        ({"view": "/etc/hostname"}, ".html", "tools[0].view: '/etc/hostname' is outside"),
+        ({"view": "missing.html"}, ".html", "tools[0].view: cannot read 'missing.html'"),
+        ({"view": "v.html"}, ".backend", "tools[0]: only frontend tools have a view"),
+        ({"answerSchema": {"type": "object"}}, ".action", "only frontend tools have a view"),
+        ({"answerSchema": {"properties": {}}}, ".html", "tools[0].answerSchema.type: must be"),
+    ],
+)
+def test_a_broken_view_or_answer_schema(
+    tmp_path: Path, entry: dict[str, object], suffix: str, expected: str
+) -> None:
+    (tmp_path / "secret.txt").write_text("no")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "v.html").write_text("<p>")
+    path = tmp_path / "tools" / f"t{suffix}"
+    path.write_text(json.dumps({"tools": [{"name": "a", "description": "x", **entry}]}))
+    with pytest.raises(ToolDefinitionError) as error:
+        load_tool_file(path)
+    assert expected in str(error.value)
+
+
+def test_views_are_read_only_beside_a_file() -> None:
+    entry = {"name": "a", "description": "x", "view": "v.html"}
+    assert "views are read only from tool files in a directory" in error_of(
+        json.dumps({"tools": [entry]}), ".html"
+    )
