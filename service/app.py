@@ -184,6 +184,7 @@ class App:
             max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
             tls=self.tls,
             heartbeat_s=settings.grpc_heartbeat_s,
+            reuse_port=settings.reuse_port,
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
@@ -247,7 +248,7 @@ class App:
             allowed_hosts=settings.http_allowed_hosts,
             **tls,
         )
-        await self.http.start(settings.http_address)
+        await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
 
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))

@@ -92,10 +92,14 @@ class UploadStore:
         return upload
 
     def _write(self, upload: StoredUpload, content: bytes) -> None:
+        """The content, then its description, renamed into place: another process of the
+        host (a worker sharing the directory) sees a whole upload or none."""
         folder = self.directory / upload.id
         folder.mkdir(parents=True)
         (folder / "content").write_bytes(content)
-        (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
+        partial = folder / "meta.json.partial"
+        partial.write_text(json.dumps(asdict(upload), ensure_ascii=False))
+        partial.replace(folder / "meta.json")
 
     async def get(self, upload_id: str, owner: Principal = ANONYMOUS) -> tuple[StoredUpload, bytes]:
         """The upload and its content; another principal's upload is not found."""

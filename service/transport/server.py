@@ -33,9 +33,13 @@ class GrpcServer:
         max_concurrent_rpcs: int | None = None,
         tls: tuple[bytes, bytes] | None = None,
         heartbeat_s: float = 0.0,
+        reuse_port: bool = False,
     ) -> None:
         """`tls`: the PEM certificate chain and private key to serve TLS with;
-        `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never)."""
+        `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never);
+        `reuse_port`: bind with SO_REUSEPORT, so that several worker processes listen on
+        one port and the kernel spreads connections over them (off: a second server on
+        the port fails to bind instead of silently sharing it)."""
         self.front = front
         self.address = address
         self.server = grpc.aio.server(
@@ -49,7 +53,7 @@ class GrpcServer:
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
         servicer = AgentGatewayServicer(
