@@ -240,7 +240,9 @@ class App:
                 credentials, options = security.local_channel_security(self.tls[0])
                 tls.update(grpc_credentials=credentials, grpc_options=options)
         self.http = HttpGateway(
-            settings.http_grpc_target or local_target(settings.grpc_address, self.grpc.port),
+            settings.http_grpc_target
+            or self.grpc.own_target
+            or local_target(settings.grpc_address, self.grpc.port),
             heartbeat_s=settings.http_heartbeat_s,
             write_timeout_s=settings.http_write_timeout_s,
             max_body_bytes=settings.http_max_body_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from typing import Any
@@ -16,7 +17,7 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from google.protobuf import json_format, struct_pb2
 
-from tests.workers.conftest import BASE, Models, Service, auth, rest, until
+from tests.workers.conftest import BASE, KEYS, Models, Service, auth, rest, until
 
 HEAD = ["request.query", "chat.start", "run.start"]
 PICK = ["tool.start", "tool.args", "tool.args", "tool.end"]
@@ -183,40 +184,72 @@ async def test_sigterm_drains_every_worker(service: Service, models: Models) -> 
         assert f"worker {slot} (pid {pid}) exited with code 0" in service.log()
 
 
-async def test_the_http_adapter_of_each_worker_serves_the_port(service: Service) -> None:
-    headers = {"authorization": f"Bearer {auth()[0][1].split()[1]}"}
+async def test_each_worker_runs_the_queries_its_http_adapter_receives(service: Service) -> None:
+    """The HTTP port is shared like the gRPC one; a worker's adapter calls its own gRPC
+    server, so a query runs on the worker that took its HTTP connection."""
+    headers = {"authorization": f"Bearer {KEYS['alice']}"}
+    url = f"http://127.0.0.1:{service.http_port}/api/query"
+    replicas = {pid: replica for pid, replica in service.workers().values()}
+
+    async def query(client: httpx.AsyncClient) -> tuple[str, str]:
+        """The worker holding the client's connection, and the owner of its run."""
+        body = {"agentKey": "plain", "message": "ping"}
+        async with client.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+            holder = _holder(service.http_port, port, list(replicas))
+            run_id = ""
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and not run_id:
+                    run_id = json.loads(line[6:])["runId"]
+        return replicas[holder], await service.owner(run_id)
+
     clients = [httpx.AsyncClient(headers=headers) for _ in range(16)]
     try:
-        answers = await asyncio.gather(
-            *(c.get(f"http://127.0.0.1:{service.http_port}/api/agents") for c in clients)
-        )
-        pids = {pid for pid, _ in service.workers().values()}
-        serving = {
-            pid: _established(pid, service.http_port) for pid in pids
-        }  # each worker holds some of the clients' connections
+        served = await asyncio.gather(*(query(client) for client in clients))
     finally:
         for client in clients:
-            with contextlib.suppress(Exception):
-                await client.aclose()
-    assert [a.status_code for a in answers] == [200] * 16
-    assert sorted(a["key"] for a in answers[0].json()["data"]["agents"]) == ["plain", "ui"]
-    assert sum(serving.values()) == 16 and all(serving.values()), serving
+            await client.aclose()
+    assert {holder for holder, _ in served} == {f"{BASE}-0", f"{BASE}-1"}
+    assert [owner for _, owner in served] == [holder for holder, _ in served]
 
 
-def _established(pid: int, port: int) -> int:
-    """How many established TCP connections to local `port` the process `pid` holds."""
-    inodes: set[str] = set()
+def _holder(port: int, client_port: int, pids: list[int]) -> int:
+    """Which of `pids` holds the server side of the connection from `client_port` to `port`."""
+    inodes = {
+        inode for local, remote, inode in _connections() if local == port and remote == client_port
+    }
+    for pid in pids:
+        if inodes & _sockets(pid):
+            return pid
+    raise AssertionError(f"no worker holds the connection from port {client_port}")
+
+
+def _connections() -> list[tuple[int, int, str]]:
+    """(local port, remote port, inode) of every established TCP connection of the host."""
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for line in f.readlines()[1:]:
                 fields = line.split()
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                if local_port == port and fields[3] == "01":  # ESTABLISHED
-                    inodes.add(fields[9])
-    held = 0
+                local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
+                if fields[3] == "01":  # ESTABLISHED
+                    found.append((local, remote, fields[9]))
+    return found
+
+
+def _sockets(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds."""
+    inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target.startswith("socket:[") and target[8:-1] in inodes:
-                held += 1
-    return held
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _established(pid: int, port: int) -> int:
+    """How many established TCP connections to local `port` the process `pid` holds."""
+    inodes = {inode for local, _, inode in _connections() if local == port}
+    return len(inodes & _sockets(pid))
