@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -14,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service import supervisor
 from service.config import Settings
-from service.supervisor import reserve_port
+from service.supervisor import Supervisor, WorkerSpec, reserve_port
 from service.testing_servers import free_port
 from service.workers import shared_state_problem, worker_replica_id
 from tests.workers.conftest import ROOT, START_TIMEOUT_S, Service, service_env
@@ -168,3 +170,57 @@ def _started(log: str) -> dict[int, tuple[int, str]]:
         int(slot): (int(pid), "")
         for slot, pid in re.findall(r"worker (\d+) started \(pid (\d+)\)", log)
     }
+
+
+# The supervisor itself, on workers that are small Python scripts: each gets
+# `--ready-fd N` appended to its command, as the service's workers do.
+ANNOUNCE = "import os, sys; fd = int(sys.argv[-1]); os.write(fd, b'ready\\n'); os.close(fd)\n"
+
+
+def _script(body: str) -> WorkerSpec:
+    return WorkerSpec([sys.executable, "-c", ANNOUNCE + body], dict(os.environ))
+
+
+async def test_a_worker_dying_quickly_again_and_again_stops_the_supervisor(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(supervisor, "BACKOFF_MIN_S", 0.01)
+    starts: list[tuple[int, int]] = []
+
+    def spec(index: int, generation: int) -> WorkerSpec:
+        starts.append((index, generation))
+        if index == 0:
+            return _script("import time; time.sleep(60)")
+        return _script("raise SystemExit(3)")  # listening, then gone at once
+
+    caplog.set_level(logging.INFO, "agw.supervisor")
+    code = await asyncio.wait_for(Supervisor(2, spec, stop_timeout_s=5).run(), 30)
+    assert code == 1
+    assert sorted(starts) == [(0, 0), *((1, g) for g in range(supervisor.MAX_START_FAILURES))]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("worker 1 (pid" in m and "exited with code 3" in m for m in messages) == 5
+    assert "worker 1 exited after" in "\n".join(messages)
+    assert any(m.endswith("(failed 5 times in a row): stopping") for m in messages)
+    assert any(re.fullmatch(r"worker 0 \(pid \d+\) exited with code -15", m) for m in messages)
+
+
+async def test_a_worker_deaf_to_sigterm_is_killed_after_the_stop_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    polite = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+    specs = [_script(deaf), _script(polite + "time.sleep(60)")]
+    caplog.set_level(logging.INFO, "agw.supervisor")
+    watched = Supervisor(2, lambda index, generation: specs[index], stop_timeout_s=0.5)
+    ready = asyncio.Event()
+    running = asyncio.create_task(watched.run(ready.set))
+    await asyncio.wait_for(ready.wait(), 30)
+    pids = watched.pids
+    watched.stop()
+    code = await asyncio.wait_for(running, 30)
+    assert code == 1  # not every worker stopped cleanly
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"worker 0 (pid {pids[0]}) still running after 0.5 s: killed" in messages
+    assert f"worker 0 (pid {pids[0]}) exited with code -9" in messages
+    assert f"worker 1 (pid {pids[1]}) exited with code 0" in messages
+    assert "2 workers listening" in messages
