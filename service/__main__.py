@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
     if settings.worker_count > 1:
-        sys.exit(eventloop.run(workers.supervise_service(settings, args.port_file)))
+        supervised = workers.supervise_service(settings, args.port_file)
+        sys.exit(eventloop.run(supervised, settings.event_loop))
     eventloop.run(serve(settings, args.port_file, args.ready_fd), settings.event_loop)
 
 

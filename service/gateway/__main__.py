@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     allowed_hosts = args.allowed_hosts or settings.http_allowed_hosts
     if count > 1:
         code = workers.supervise_gateway(count, args.grpc_target, args.address, allowed_hosts)
-        sys.exit(eventloop.run(code))
+        sys.exit(eventloop.run(code, settings.event_loop))
     eventloop.run(
         serve(settings, args.grpc_target, args.address, allowed_hosts, args.ready_fd),
         settings.event_loop,
