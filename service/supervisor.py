@@ -10,7 +10,7 @@ those still running `stop_timeout_s` later, and returns.
 A worker says it is listening by writing one line to the pipe whose descriptor
 the supervisor adds to its command (`--ready-fd N`) and closing it; a worker that
 exits or closes the pipe without that line failed to start. Failing at the first
-start-up, or `max_start_failures` times in a row later, stops everything: the
+start-up, or `MAX_START_FAILURES` times in a row later, stops everything: the
 supervisor's exit code is then 1. Each worker dies with the supervisor
 (`PR_SET_PDEATHSIG`: SIGTERM, so it still drains), never left behind.
 
@@ -68,7 +68,8 @@ def reserve_port(address: str) -> tuple[str, socket.socket | None]:
     """`address` ("host:port") with a free port in place of 0, and the socket holding it.
 
     The socket is bound with SO_REUSEPORT and never listens: the workers bind the
-    same port next to it, and nothing else can take the port while it is held.
+    same port next to it, and while it is held no other program can take the port
+    (unless, as the same user, it sets SO_REUSEPORT too).
     """
     host, _, port = address.rpartition(":")
     if int(port) != 0:

@@ -177,8 +177,9 @@ def _started(log: str) -> dict[int, tuple[int, str]]:
 ANNOUNCE = "import os, sys; fd = int(sys.argv[-1]); os.write(fd, b'ready\\n'); os.close(fd)\n"
 
 
-def _script(body: str) -> WorkerSpec:
-    return WorkerSpec([sys.executable, "-c", ANNOUNCE + body], dict(os.environ))
+def _script(body: str, setup: str = "") -> WorkerSpec:
+    """A worker running `setup`, then saying it listens, then running `body`."""
+    return WorkerSpec([sys.executable, "-c", setup + ANNOUNCE + body], dict(os.environ))
 
 
 async def test_a_worker_dying_quickly_again_and_again_stops_the_supervisor(
@@ -207,9 +208,10 @@ async def test_a_worker_dying_quickly_again_and_again_stops_the_supervisor(
 async def test_a_worker_deaf_to_sigterm_is_killed_after_the_stop_timeout(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     polite = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
-    specs = [_script(deaf), _script(polite + "time.sleep(60)")]
+    sleep = "time.sleep(60)"
+    specs = [_script(sleep, setup=deaf), _script(sleep, setup=polite)]  # set before ready
     caplog.set_level(logging.INFO, "agw.supervisor")
     watched = Supervisor(2, lambda index, generation: specs[index], stop_timeout_s=0.5)
     ready = asyncio.Event()
