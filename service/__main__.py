@@ -2,47 +2,73 @@
 
 The process runs on the event loop `AGW_EVENT_LOOP` names (uvloop's by default,
 where available; see `service.eventloop`), its garbage collector tuned once the
-service is up (`service.gctune`).
+service is up (`service.gctune`). With `AGW_WORKERS` > 1 it is instead the
+supervisor of that many such processes on the same ports (`service.workers`).
+
+    python -m service [--port-file FILE]
+
+`--port-file` gets the bound gRPC port once the service listens (with workers:
+once every worker does). `--ready-fd N` is how a supervisor's worker says it
+listens: one JSON line on descriptor N (its pid, replica, gRPC and HTTP ports).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import logging
+import os
 import signal
+import sys
 from pathlib import Path
 
-from service import eventloop, gctune, logs
+from service import eventloop, gctune, logs, workers
 from service.app import App
 from service.config import Settings
+from service.supervisor import announce_ready
 from service.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("agw")
 
 
-async def serve(settings: Settings, port_file: str | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; write the bound gRPC port to `port_file` once listening."""
+async def serve(
+    settings: Settings, port_file: str | None = None, ready_fd: int | None = None
+) -> None:
+    """Serve until SIGTERM/SIGINT; write the bound gRPC port to `port_file` once listening,
+    and announce it on the descriptor `ready_fd` (a supervisor's pipe)."""
     telemetry = configure_telemetry(settings)
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
+    stop = asyncio.Event()  # a signal during start-up stops the service once it is up
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     app = App(settings)
     await app.start()
     gctune.tune()
     if port_file:
         await asyncio.to_thread(Path(port_file).write_text, str(app.grpc.port))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if ready_fd is not None:
+        http_port = app.http.port if app.http is not None else 0
+        ready = {"pid": os.getpid(), "replica": settings.replica_id, "grpc": app.grpc.port}
+        announce_ready(ready_fd, json.dumps({**ready, "http": http_port}))
     await stop.wait()
     log.info("stopping: draining runs for up to %.1fs", settings.shutdown_grace_s)
     await app.stop()
     telemetry.shutdown()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    parser.add_argument("--port-file", help="write the bound gRPC port here once listening")
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
-    eventloop.run(serve(settings), settings.event_loop)
+    if settings.worker_count > 1:
+        supervised = workers.supervise_service(settings, args.port_file)
+        sys.exit(eventloop.run(supervised, settings.event_loop))
+    eventloop.run(serve(settings, args.port_file, args.ready_fd), settings.event_loop)
 
 
 if __name__ == "__main__":

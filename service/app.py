@@ -190,6 +190,7 @@ class App:
             max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
             tls=self.tls,
             heartbeat_s=settings.grpc_heartbeat_s,
+            reuse_port=settings.reuse_port,
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
@@ -245,7 +246,9 @@ class App:
                 credentials, options = security.local_channel_security(self.tls[0])
                 tls.update(grpc_credentials=credentials, grpc_options=options)
         self.http = HttpGateway(
-            settings.http_grpc_target or local_target(settings.grpc_address, self.grpc.port),
+            settings.http_grpc_target
+            or self.grpc.own_target
+            or local_target(settings.grpc_address, self.grpc.port),
             heartbeat_s=settings.http_heartbeat_s,
             write_timeout_s=settings.http_write_timeout_s,
             max_body_bytes=settings.http_max_body_bytes,
@@ -253,7 +256,7 @@ class App:
             allowed_hosts=settings.http_allowed_hosts,
             **tls,
         )
-        await self.http.start(settings.http_address)
+        await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
 
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))

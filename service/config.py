@@ -123,6 +123,11 @@ class Settings(BaseSettings):
 
     # Process: the event loop, "auto" (uvloop where available), "asyncio" or "uvloop"
     event_loop: EventLoopChoice = "auto"
+    # Worker processes serving the same ports (README "Workers"): 1 is this process alone;
+    # N > 1 makes `python -m service` a supervisor of N workers; 0 or "auto": one per CPU.
+    workers: int = Field(default=1, ge=0)
+    # Bind the gRPC and HTTP ports with SO_REUSEPORT (the supervisor sets it for its workers).
+    reuse_port: bool = False
 
     # Network
     grpc_address: str = "127.0.0.1:50051"
@@ -261,6 +266,16 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _auto_workers(cls, value: Any) -> Any:
+        return 0 if isinstance(value, str) and value.strip().lower() == "auto" else value
+
+    @property
+    def worker_count(self) -> int:
+        """How many worker processes to run: `workers`, or one per CPU for 0 ("auto")."""
+        return self.workers or os.cpu_count() or 1
 
     @field_validator("mcp_servers")
     @classmethod

@@ -123,8 +123,10 @@ class HttpGateway:
             app.router.add_static("/static/", STATIC_DIR, append_version=False)
         return app
 
-    async def start(self, address: str) -> None:
-        """Listen on `address` ("host:port"; port 0 picks a free one); its host is allowed."""
+    async def start(self, address: str, *, reuse_port: bool = False) -> None:
+        """Listen on `address` ("host:port"; port 0 picks a free one); its host is allowed.
+
+        `reuse_port`: bind with SO_REUSEPORT, shared with other worker processes."""
         host, _, port = address.rpartition(":")
         self.hosts.bind(address)
         self._runner = web.AppRunner(
@@ -136,7 +138,11 @@ class HttpGateway:
         )
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, host.strip("[]") or None, int(port), ssl_context=self.ssl_context
+            self._runner,
+            host.strip("[]") or None,
+            int(port),
+            ssl_context=self.ssl_context,
+            reuse_port=reuse_port or None,
         )
         await site.start()
         self.port = self._runner.addresses[0][1]

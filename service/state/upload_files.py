@@ -34,8 +34,12 @@ class FileUploadStore:
         folder = self.directory / upload.id
         folder.mkdir(parents=True)
         (folder / "content").write_bytes(content)
-        # The description last: an upload without one is not found (a write cut short).
-        (folder / "meta.json").write_text(json.dumps(asdict(upload), ensure_ascii=False))
+        # The description last, renamed into place: an upload without one is not found (a
+        # write cut short), and another process sharing the directory (a worker) reads a
+        # whole description or none.
+        partial = folder / "meta.json.partial"
+        partial.write_text(json.dumps(asdict(upload), ensure_ascii=False))
+        partial.replace(folder / "meta.json")
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
         folder = self.directory / upload_id

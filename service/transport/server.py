@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 
 import grpc
 from agw.v1 import gateway_pb2, gateway_pb2_grpc
@@ -33,9 +35,16 @@ class GrpcServer:
         max_concurrent_rpcs: int | None = None,
         tls: tuple[bytes, bytes] | None = None,
         heartbeat_s: float = 0.0,
+        reuse_port: bool = False,
     ) -> None:
         """`tls`: the PEM certificate chain and private key to serve TLS with;
-        `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never)."""
+        `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never);
+        `reuse_port`: bind with SO_REUSEPORT, so that several worker processes listen on
+        one port and the kernel spreads connections over them (off: a second server on
+        the port fails to bind instead of silently sharing it). A server sharing its port
+        also listens on an abstract Unix socket of its own (`own_target`, without TLS),
+        so that its process's HTTP adapter calls this server, not whichever worker the
+        kernel would pick."""
         self.front = front
         self.address = address
         self.server = grpc.aio.server(
@@ -49,7 +58,7 @@ class GrpcServer:
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
         servicer = AgentGatewayServicer(
@@ -68,6 +77,12 @@ class GrpcServer:
             self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC address {address}")
+        self.own_target: str | None = None
+        if reuse_port and tls is None:
+            own = f"unix-abstract:agw-grpc-{os.getpid()}-{secrets.token_hex(4)}"
+            if self.server.add_insecure_port(own) == 0:
+                raise OSError(f"cannot bind gRPC address {own}")
+            self.own_target = own
 
     async def start(self) -> None:
         await self.server.start()

@@ -1,0 +1,255 @@
+"""Two workers on one port: connections spread over both, any worker serves any run, a killed
+worker is replaced, SIGTERM drains them all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from agw.v1 import gateway_pb2 as gw
+from agw.v1 import gateway_pb2_grpc
+from google.protobuf import json_format, struct_pb2
+
+from tests.workers.conftest import BASE, KEYS, Models, Service, auth, rest, until
+
+HEAD = ["request.query", "chat.start", "run.start"]
+PICK = ["tool.start", "tool.args", "tool.args", "tool.end"]
+ANSWER = ["content.start", "content.delta", "content.end", "run.complete"]
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+def stub(channel: grpc.aio.Channel) -> gateway_pb2_grpc.AgentGatewayAsyncStub:
+    return gateway_pb2_grpc.AgentGatewayStub(channel)
+
+
+async def test_connections_land_on_both_workers_of_one_port(service: Service) -> None:
+    channels = [service.channel() for _ in range(16)]
+    try:
+        landed = [await service.worker_of(channel) for channel in channels]
+    finally:
+        for channel in channels:
+            await channel.close()
+    assert set(landed) == {f"{BASE}-0", f"{BASE}-1"}
+    workers = service.workers()
+    assert sorted(workers) == [0, 1]
+    assert {replica for _, replica in workers.values()} == {f"{BASE}-0", f"{BASE}-1"}
+    assert service.process.pid not in {pid for pid, _ in workers.values()}
+
+
+async def test_attach_and_submit_on_one_worker_reach_a_run_on_the_other(
+    service: Service,
+) -> None:
+    on_0 = await service.connection_to(f"{BASE}-0")
+    on_1 = await service.connection_to(f"{BASE}-1")
+    try:
+        call = stub(on_0).Query(gw.QueryRequest(agent_key="ui", message="choose"), metadata=auth())
+        seen: list[Any] = []
+        end = await until(call, "tool.end", seen)
+        run_id, tool_id = end.run_id, end.tool_end.tool_id
+        assert await service.owner(run_id) == f"{BASE}-0"
+        following = stub(on_1).Attach(gw.AttachRequest(run_id=run_id), metadata=auth())
+        followed: list[Any] = []
+        await until(following, "tool.end", followed)
+        payload = struct_pb2.Value()
+        json_format.ParseDict("b", payload)
+        submitted = await stub(on_1).Submit(
+            gw.SubmitRequest(run_id=run_id, tool_id=tool_id, payload=payload), metadata=auth()
+        )
+        seen += await rest(call)
+        followed += await rest(following)
+    finally:
+        await on_0.close()
+        await on_1.close()
+    assert submitted.outcome == gw.SUBMIT_OUTCOME_ACCEPTED
+    assert kinds(seen) == [*HEAD, *PICK, "request.submit", "tool.result", *ANSWER]
+    assert followed == seen
+    assert seen[-3].content_delta.delta == "you picked b"
+
+
+async def test_cancel_on_one_worker_stops_a_run_on_the_other(
+    service: Service, models: Models
+) -> None:
+    on_0 = await service.connection_to(f"{BASE}-0")
+    on_1 = await service.connection_to(f"{BASE}-1")
+    try:
+        call = stub(on_1).Query(gw.QueryRequest(agent_key="plain", message="hold"), metadata=auth())
+        seen: list[Any] = []
+        delta = await until(call, "content.delta", seen)
+        assert await service.owner(delta.run_id) == f"{BASE}-1"
+        cancelled = await stub(on_0).Cancel(gw.CancelRequest(run_id=delta.run_id), metadata=auth())
+        seen += await rest(call)
+    finally:
+        models.release()
+        await on_0.close()
+        await on_1.close()
+    assert cancelled.cancelled
+    assert kinds(seen) == [*HEAD, "content.start", "content.delta", "content.end", "run.cancel"]
+
+
+async def test_an_upload_to_one_worker_is_read_by_a_query_on_the_other_for_its_owner_only(
+    service: Service, models: Models
+) -> None:
+    on_0 = await service.connection_to(f"{BASE}-0")
+    on_1 = await service.connection_to(f"{BASE}-1")
+    try:
+        uploaded = await stub(on_0).Upload(
+            gw.UploadRequest(name="note.txt", content=b"the secret word is teal"),
+            metadata=auth("alice"),
+        )
+        reference = uploaded.reference
+        query = gw.QueryRequest(agent_key="plain", message="ping: read", references=[reference])
+        events = await rest(stub(on_1).Query(query, metadata=auth("alice")))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # another owner's upload
+            await rest(stub(on_1).Query(query, metadata=auth("bob")))
+    finally:
+        await on_0.close()
+        await on_1.close()
+    assert await service.owner(events[0].run_id) == f"{BASE}-1"
+    assert events[-1].type == "run.complete"
+    user = models.requests[-1]["messages"][-1]
+    assert [part["text"] for part in user["content"] if part["type"] == "text"] == [
+        "ping: read",
+        "[file note.txt]\nthe secret word is teal",
+    ]
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert refused.value.details() == f"no upload {reference.id!r}"
+
+
+async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
+    service: Service, models: Models
+) -> None:
+    on_0 = await service.connection_to(f"{BASE}-0")
+    on_1 = await service.connection_to(f"{BASE}-1")
+    pid, _replica = service.workers()[0]
+    try:
+        call = stub(on_0).Query(gw.QueryRequest(agent_key="plain", message="hold"), metadata=auth())
+        seen: list[Any] = []
+        delta = await until(call, "content.delta", seen)
+        following = stub(on_1).Attach(gw.AttachRequest(run_id=delta.run_id), metadata=auth())
+        followed: list[Any] = []
+        await until(following, "content.delta", followed)
+        os.kill(pid, signal.SIGKILL)
+        followed += await rest(following)
+        restarted = await service.wait_log(rf"worker 0 started \(pid (\d+), replica {BASE}-0\.1\)")
+        await service.wait_log(rf"worker 0 \(pid {restarted.group(1)}\) listening")
+        query = gw.QueryRequest(agent_key="plain", message="ping")
+        served = await rest(stub(on_1).Query(query, metadata=auth()))
+        on_new = await service.connection_to(f"{BASE}-0.1")
+        await on_new.close()
+    finally:
+        models.release()
+        await on_0.close()
+        await on_1.close()
+    assert f"worker 0 (pid {pid}) exited with code -9" in service.log()
+    assert kinds(followed) == [*HEAD, "content.start", "content.delta", "content.end", "run.error"]
+    assert followed[-1].run_error.error.reason == "OWNER_LOST"
+    assert dict(followed[-1].run_error.error.metadata) == {"replica": f"{BASE}-0"}
+    assert kinds(served) == [*HEAD, *ANSWER]
+
+
+async def test_sigterm_drains_every_worker(service: Service, models: Models) -> None:
+    on_0 = await service.connection_to(f"{BASE}-0")
+    on_1 = await service.connection_to(f"{BASE}-1")
+    try:
+        calls = [
+            stub(channel).Query(gw.QueryRequest(agent_key="plain", message="hold"), metadata=auth())
+            for channel in (on_0, on_1)
+        ]
+        seen: list[list[Any]] = [[], []]
+        for call, events in zip(calls, seen, strict=True):
+            await until(call, "content.delta", events)
+        service.process.send_signal(signal.SIGTERM)
+        await service.wait_log(r"stopping: draining runs(?s:.*)stopping: draining runs")
+        models.release()  # the held runs finish within the grace period
+        for call, events in zip(calls, seen, strict=True):
+            events += await rest(call)
+        code = await asyncio.wait_for(service.process.wait(), 30)
+    finally:
+        await on_0.close()
+        await on_1.close()
+    assert code == 0
+    for events in seen:
+        assert kinds(events) == [*HEAD, "content.start", "content.delta", *ANSWER[1:]]
+    for slot, (pid, _replica) in service.workers().items():
+        assert f"worker {slot} (pid {pid}) exited with code 0" in service.log()
+
+
+async def test_each_worker_runs_the_queries_its_http_adapter_receives(service: Service) -> None:
+    """The HTTP port is shared like the gRPC one; a worker's adapter calls its own gRPC
+    server, so a query runs on the worker that took its HTTP connection."""
+    headers = {"authorization": f"Bearer {KEYS['alice']}"}
+    url = f"http://127.0.0.1:{service.http_port}/api/query"
+    replicas = {pid: replica for pid, replica in service.workers().values()}
+
+    async def query(client: httpx.AsyncClient) -> tuple[str, str]:
+        """The worker holding the client's connection, and the owner of its run."""
+        body = {"agentKey": "plain", "message": "ping"}
+        async with client.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+            holder = _holder(service.http_port, port, list(replicas))
+            run_id = ""
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and not run_id:
+                    run_id = json.loads(line[6:])["runId"]
+        return replicas[holder], await service.owner(run_id)
+
+    clients = [httpx.AsyncClient(headers=headers) for _ in range(16)]
+    try:
+        served = await asyncio.gather(*(query(client) for client in clients))
+    finally:
+        for client in clients:
+            await client.aclose()
+    assert {holder for holder, _ in served} == {f"{BASE}-0", f"{BASE}-1"}
+    assert [owner for _, owner in served] == [holder for holder, _ in served]
+
+
+def _holder(port: int, client_port: int, pids: list[int]) -> int:
+    """Which of `pids` holds the server side of the connection from `client_port` to `port`."""
+    inodes = {
+        inode for local, remote, inode in _connections() if local == port and remote == client_port
+    }
+    for pid in pids:
+        if inodes & _sockets(pid):
+            return pid
+    raise AssertionError(f"no worker holds the connection from port {client_port}")
+
+
+def _connections() -> list[tuple[int, int, str]]:
+    """(local port, remote port, inode) of every established TCP connection of the host."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
+                if fields[3] == "01":  # ESTABLISHED
+                    found.append((local, remote, fields[9]))
+    return found
+
+
+def _sockets(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _established(pid: int, port: int) -> int:
+    """How many established TCP connections to local `port` the process `pid` holds."""
+    inodes = {inode for local, _, inode in _connections() if local == port}
+    return len(inodes & _sockets(pid))
