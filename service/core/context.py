@@ -3,7 +3,8 @@
 The context length of a stage is its `modelConfig.contextLength`, else the length of a
 known model of that name (`KNOWN_CONTEXT_LENGTHS`, by longest name prefix), else the
 service's default (`AGW_CONTEXT_LENGTH`). Prompts are estimated at four characters a
-token (`memory.estimate_tokens`), tool schemas aside. Before each model call of a stage
+token: the messages (`memory.estimate_tokens`) and the tool schemas the call offers
+(`schema_tokens`), which take context too. Before each model call of a stage
 (`Conversation.ask`), in this order:
 
 1. **Prune** (`prune_tool_outputs`): when the run's own messages (those after its user
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.core import events
@@ -109,6 +111,11 @@ def context_length(configured: int | None, model: str, default: int) -> int:
     return KNOWN_CONTEXT_LENGTHS[max(known, key=len)] if known else default
 
 
+def schema_tokens(tools: Sequence[dict[str, Any]]) -> int:
+    """The estimated tokens of the tool schemas a call offers (four characters a token)."""
+    return len(json.dumps(list(tools), separators=(",", ":"), default=str)) // 4 if tools else 0
+
+
 def pruned_note(name: str, size: int) -> str:
     """What an old tool output is replaced by in the prompt."""
     return f"[pruned to save context: the output of '{name or 'tool'}' ({size} characters)]"
@@ -117,17 +124,28 @@ def pruned_note(name: str, size: int) -> str:
 class ContextWindow:
     """Keeps the prompts of one stage conversation within the model's context length."""
 
-    def __init__(self, ctx: RunContext, stage: ResolvedStage, model: str) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        stage: ResolvedStage,
+        model: str,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> None:
         self.ctx = ctx
         self.stage = stage
         self.settings: ContextConfig = ctx.agent.context
         self.length = context_length(stage.model.context_length, model, ctx.context_length)
+        self.schemas = schema_tokens(tools)  # the offered tools' part of every prompt
+
+    def size(self, messages: list[Message]) -> int:
+        """The estimated tokens of a prompt of `messages` with the offered tool schemas."""
+        return estimate_tokens(messages) + self.schemas
 
     async def fit(self, messages: list[Message], own_start: int) -> None:
         """Prune, summarise or trim `messages` (in place) before a model call."""
         self.prune(messages, own_start)
         threshold = self.settings.compress_at * self.length
-        if estimate_tokens(messages) <= threshold:
+        if self.size(messages) <= threshold:
             return
         await self.summarise(messages, threshold)
 
@@ -140,7 +158,7 @@ class ContextWindow:
         outputs = [i for i in range(own_start, len(messages)) if messages[i]["role"] == "tool"]
         keep = self.settings.keep_tool_outputs
         older = outputs[: len(outputs) - keep] if keep else outputs
-        before = estimate_tokens(messages)
+        before = self.size(messages)
         pruned = 0
         for index in older:
             message = messages[index]
@@ -177,7 +195,7 @@ class ContextWindow:
         through = next(t.run_id or t.through for t in reversed(old))
         summary = summary_turn(text, through)
         count = len(flatten(old))
-        before_count, before = len(messages), estimate_tokens(messages)
+        before_count, before = len(messages), self.size(messages)
         self._replace(messages, count, summary.messages)
         memory[: len(old)] = [summary]
         self.ctx.run.context_summary = {"text": text, "through": through}
@@ -186,9 +204,9 @@ class ContextWindow:
     def trim(self, messages: list[Message], threshold: float) -> None:
         """Drop the oldest whole turns of the chat's memory until the prompt fits."""
         memory = self.ctx.memory
-        before_count, before = len(messages), estimate_tokens(messages)
+        before_count, before = len(messages), self.size(messages)
         dropped = 0
-        while memory and estimate_tokens(messages) > threshold:
+        while memory and self.size(messages) > threshold:
             count = len(memory.pop(0).messages)
             self._replace(messages, count, [])
             dropped += 1
@@ -220,9 +238,7 @@ class ContextWindow:
         return await _collect(ctx, client, request)
 
     def _emit(self, strategy: str, count: int, after: int, before: int, now: list[Message]) -> None:
-        self.ctx.out.emit(
-            events.context_compress(strategy, count, after, before, estimate_tokens(now))
-        )
+        self.ctx.out.emit(events.context_compress(strategy, count, after, before, self.size(now)))
 
 
 async def _collect(ctx: RunContext, client: Any, request: ModelRequest) -> str:

@@ -18,7 +18,9 @@ thread (or before the loop runs).
 An entry of the directory is one of its definition files; a registry whose
 entries are folders (a skill is a folder) says which folders are entries
 (`entries`) and which entry a changed path belongs to (`entry_of`), and is
-watched recursively.
+watched recursively. A registry whose entries read other files (a tool file its
+views) is watched recursively too and names, for a changed path, every entry
+that reads it (`entries_of`).
 """
 
 from __future__ import annotations
@@ -186,6 +188,12 @@ class DirectoryRegistry(Generic[T]):
         """The entry a changed `path` belongs to (None: it belongs to none)."""
         return path.name if self.loader.relevant(path) else None
 
+    def entries_of(self, path: Path) -> set[str]:
+        """The entries to reload when `path` changes: the one it belongs to, if any (a
+        registry whose entries read other files names those entries too)."""
+        entry = self.entry_of(path)
+        return {entry} if entry is not None else set()
+
     def load_all(self) -> DirectoryChange | None:
         """Scan the whole directory; returns the change, or None when nothing changed."""
         if self.directory.is_dir():
@@ -275,7 +283,7 @@ class DirectoryRegistry(Generic[T]):
             return
 
         def keep(change: Change, path: str) -> bool:
-            return self.entry_of(Path(path)) is not None
+            return bool(self.entries_of(Path(path)))
 
         changes = awatch(
             self.directory,
@@ -295,7 +303,7 @@ class DirectoryRegistry(Generic[T]):
             self.load_all()
             batch = await first
             while True:
-                self.refresh({e for _, path in batch if (e := self.entry_of(Path(path)))})
+                self.refresh({e for _, path in batch for e in self.entries_of(Path(path))})
                 batch = await anext(changes)
         except StopAsyncIteration:
             pass

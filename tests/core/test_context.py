@@ -21,6 +21,7 @@ from service.core.context import (
     SUMMARY_SCHEMA,
     context_length,
     pruned_note,
+    schema_tokens,
     transcript,
 )
 from service.core.history import snapshot_form
@@ -63,6 +64,11 @@ def comparable(events: list[pb.Event]) -> list[dict[str, Any]]:
         data.pop("timestamp", None)
         out.append(data)
     return out
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """The estimate of a sent request's prompt: its messages and its tool schemas."""
+    return estimate_tokens(request["messages"]) + schema_tokens(request.get("tools", []))
 
 
 async def assert_replayed(gateway: Harness, live: list[pb.Event]) -> None:
@@ -157,7 +163,7 @@ async def test_the_oldest_turns_are_summarised_once_and_the_summary_is_reused(
             6,
             5,
         )
-        assert compress.tokens_after == estimate_tokens(sent) < compress.tokens_before
+        assert compress.tokens_after == prompt_tokens(answer_call) < compress.tokens_before
         assert third[-1].run_complete.usage.total_tokens == 30  # the summary call counts
         await assert_replayed(gateway, third)
 
@@ -196,7 +202,7 @@ async def test_a_failed_summary_call_falls_back_to_trimming(
         )
         sent = provider.requests[3]["messages"]
         assert [m["content"] for m in sent[1:]] == ["second question", LONG_B, "third question"]
-        assert compress.tokens_after == estimate_tokens(sent)
+        assert compress.tokens_after == prompt_tokens(provider.requests[3])
         await assert_replayed(gateway, third)
         records = await gateway.app.frontdoor.chats.read(chat_id)
         assert not any("summary" in r for r in records)  # nothing to reuse: trimmed again later
@@ -263,7 +269,7 @@ async def test_old_tool_outputs_of_a_long_run_are_pruned_in_the_prompt_only(
         full = json.dumps({"echo": "a" * 400, "taskId": ""}, ensure_ascii=False)
         assert outputs[0]["content"] == pruned_note("echo", len(full))
         assert json.loads(outputs[1]["content"])["echo"] == "b" * 400  # the newest one is kept
-        assert compress.tokens_after == estimate_tokens(provider.requests[2]["messages"])
+        assert compress.tokens_after == prompt_tokens(provider.requests[2])
         assert result_of(events[7]) == {"echo": "a" * 400, "taskId": ""}  # the event keeps it
         await assert_replayed(gateway, events)
 
@@ -428,3 +434,72 @@ def test_the_transcript_to_summarise_names_calls_and_results() -> None:
     assert text == (
         'user: Weather?\nassistant called w({"c": 1})\ntool result: sunny\nassistant: It is sunny.'
     )
+
+
+async def test_a_loop_stopped_inside_a_plan_task_ends_the_run_cleanly(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    probe = Probe()
+    plan = json.dumps({"tasks": [{"description": "Echo it"}, {"description": "Then more"}]})
+    provider.enqueue(call_turn(("p1", "_plan_add_tasks_", plan)), *repeating("echo")[:3])
+    definition = agent("PLAN_EXECUTE", toolConfig=tools("echo"), loopDetect={"ask": True})
+    async with tool_gateway(tmp_path, provider, {"p": definition}, probe) as gateway:
+        events = await answered(gateway, "p", "stop")
+        assert kinds(events) == [
+            *HEAD,
+            *CALL,
+            "plan.create",
+            "tool.result",
+            "task.start",
+            "plan.update",
+            *CALL,
+            "tool.result",
+            *CALL,
+            "tool.result",
+            *ASKED,
+            "plan.update",
+            "run.complete",
+        ]
+        assert [e.task_id for e in events[9:-1]] == ["task_1"] * len(events[9:-1])
+        statuses = [t.status for t in events[-2].plan_update.plan.tasks]
+        assert statuses == [pb.TASK_STATUS_CANCELED, pb.TASK_STATUS_INIT]  # not started
+        assert "task.fail" not in kinds(events)  # a clean end the user chose
+        assert events[-1].run_complete.finish_reason == "loop_stopped"
+        assert result_of(events[-3])  # the stopped call's result says why
+        assert [e.tool_result.error for e in events if e.type == "tool.result"][-1] is True
+        assert len(probe.calls) == 2 and len(provider.requests) == 4
+        await assert_replayed(gateway, events)
+
+
+async def test_the_offered_tool_schemas_count_in_the_prompt_size(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    wordy = BackendTool(
+        ToolDefinition(name="wordy", kind="backend", description="A tool. " * 90),
+        Lookup(),
+    )
+    definition = agent(
+        "ONESHOT",
+        toolConfig=tools("wordy"),
+        modelConfig={"contextLength": 200},
+        context={"compressAt": 0.9, "keepTurns": 1},
+    )
+    async with tool_gateway(tmp_path, provider, {"w": definition}) as gateway:
+        gateway.app.tools.register(wordy)
+        provider.enqueue(answer_turn("A"), answer_turn("B"))
+        first = await ask(gateway, "w", "first question")
+        assert kinds(first) == [*HEAD, *ANSWER, "run.complete"]  # no older turn to drop
+        second = await ask(gateway, "w", "second question", first[0].chat_id)
+        # The messages alone (about 30 tokens) fit in 180; with the schema they do not.
+        assert estimate_tokens(provider.requests[0]["messages"]) * 2 < 180
+        assert schema_tokens(provider.requests[1]["tools"]) > 180
+        assert kinds(second) == [*NEXT, "context.compress", *ANSWER, "run.complete"]
+        compress = second[2].context_compress
+        assert (compress.strategy, compress.messages_before, compress.messages_after) == (
+            "truncate",
+            4,
+            2,
+        )
+        assert compress.tokens_after == prompt_tokens(provider.requests[1])
+        assert [m["content"] for m in provider.requests[1]["messages"][1:]] == ["second question"]
+        await assert_replayed(gateway, second)

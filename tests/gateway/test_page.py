@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from agw.v1 import gateway_pb2 as gw
 from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
@@ -693,4 +694,148 @@ async def test_a_subagents_run_nested_in_its_callers_card(
     await page.locator('.run[data-status="complete"]').wait_for()
     assert await nested.locator(".card.tool").count() == 2
     assert await nested.locator(".content").count() == 1
+    assert errors == []
+
+
+# -- following the output ----------------------------------------------------------------
+
+BELOW = "() => { const l = document.getElementById('log'); return l.scrollHeight - l.scrollTop - l.clientHeight; }"  # noqa: E501
+
+
+def lines(tag: str, count: int) -> str:
+    return "".join(f"{tag} line {n}\n" for n in range(count))
+
+
+async def wait_for_text(page: Page, text: str) -> None:
+    await page.wait_for_function(
+        "t => document.querySelector('.run .content')?.textContent.includes(t)", arg=text
+    )
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+async def test_the_log_follows_the_output_only_from_the_bottom(
+    open_page: OpenPage, gateway: Harness, provider: LoopbackProvider, viewport: dict[str, int]
+) -> None:
+    first, second, third = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    provider.enqueue(
+        [
+            content(lines("early", 80)),
+            Gate(first),
+            content(lines("middle", 40)),
+            Gate(second),
+            content(lines("late", 40)),
+            Gate(third),
+            content("The end."),
+            finish("stop"),
+            DONE,
+        ]
+    )
+    page, errors = await open_page(gateway.http_url, viewport)
+    log, jump = page.locator("#log"), page.locator("#to-latest")
+    await page.select_option("#agent", "plain")
+    await page.fill("#message", "Tell me a long story")
+    await page.click("#send")
+
+    # At the bottom, the log follows the output as it streams.
+    await wait_for_text(page, "early line 79")
+    assert await page.evaluate("() => document.getElementById('log').scrollTop") > 0
+    assert await page.evaluate(BELOW) <= 1
+    assert not await jump.is_visible()
+
+    # Scrolled up to read, the reader stays where they are; new output shows the button.
+    await log.hover()
+    await page.mouse.wheel(0, -600)
+    await page.wait_for_function(f"() => ({BELOW})() > 300")
+    top = await log.evaluate("l => l.scrollTop")
+    first.set()
+    await wait_for_text(page, "middle line 39")
+    await jump.wait_for()
+    assert await log.evaluate("l => l.scrollTop") == top
+    assert await jump.inner_text() == "↓ new output"
+    button, area = await jump.bounding_box(), await log.bounding_box()
+    assert button is not None and area is not None
+    assert area["y"] < button["y"] and button["y"] + button["height"] <= area["y"] + area["height"]
+    await page.screenshot(path=shot("scrolled-up-new-output", viewport))
+
+    # The button jumps to the latest output, and the log follows again.
+    await jump.click()
+    assert await page.evaluate(BELOW) <= 1
+    assert not await jump.is_visible()
+    second.set()
+    await wait_for_text(page, "late line 39")
+    await page.wait_for_function(f"() => ({BELOW})() <= 1")
+    assert not await jump.is_visible()
+
+    # Scrolled up and back down by hand: following again, no button.
+    await log.hover()
+    await page.mouse.wheel(0, -500)
+    await page.wait_for_function(f"() => ({BELOW})() > 300")
+    await page.mouse.wheel(0, 5000)
+    await page.wait_for_function(f"() => ({BELOW})() <= 1")
+    third.set()
+    await page.locator('.run[data-status="complete"]').wait_for()
+    await page.wait_for_function(f"() => ({BELOW})() <= 1")
+    assert not await jump.is_visible()
+    await page.screenshot(path=shot("followed-to-the-end", viewport))
+    assert errors == []
+
+
+# -- the chat list -----------------------------------------------------------------------
+
+
+async def test_a_new_chat_is_listed_when_it_starts(
+    open_page: OpenPage, gateway: Harness, provider: LoopbackProvider
+) -> None:
+    gate = asyncio.Event()
+    provider.enqueue(
+        [content("Thinking it over"), Gate(gate), content("… done."), finish("stop"), DONE]
+    )
+    page, errors = await open_page(gateway.http_url)
+    assert await page.locator("#chats li").count() == 0
+    await page.select_option("#agent", "plain")
+    await page.fill("#message", "Plan my week")
+    await page.click("#send")
+
+    # Listed from its chat.start, while its first run still goes on.
+    entry = page.locator("#chats li button")
+    await entry.wait_for()
+    assert await page.locator('.run[data-status="running"]').count() == 1
+    assert await entry.count() == 1
+    assert await entry.locator(".chat-name").inner_text() == "Plan my week"
+    assert await entry.locator(".chat-agent").inner_text() == "plain"
+    assert await entry.locator("time").inner_text() == "just now"
+    assert await entry.get_attribute("class") == "current"
+    assert await page.locator("#chats-note").inner_text() == ""
+    chat_id = await entry.get_attribute("data-chat-id")
+    runs = list(gateway.app.frontdoor.runs.values())
+    assert [run.chat_id for run in runs] == [chat_id]
+    await page.screenshot(path=shot("chat-listed-at-start", DESKTOP))
+    started = await entry.locator("time").get_attribute("datetime")
+
+    # When the run ends, its time is the run's end (or the later one ListChats has).
+    gate.set()
+    await page.locator('.run[data-status="complete"]').wait_for()
+    await page.wait_for_function(
+        "t => document.querySelector('#chats li time').getAttribute('datetime') !== t",
+        arg=started,
+    )
+    await gateway.app.frontdoor.flush()
+    listed = (await gateway.stub.ListChats(gw.ListChatsRequest())).chats
+    assert [c.chat_id for c in listed] == [chat_id]
+    chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=chat_id))
+    ended_at = next(e.timestamp for e in chat.events if e.type == "run.complete")
+    when = await entry.locator("time").get_attribute("datetime")
+    assert ended_at <= await page.evaluate("t => Date.parse(t)", when) <= listed[0].updated_at
+    assert await entry.count() == 1
+    assert await entry.get_attribute("data-agent-key") == "plain"
+
+    # A later run of the chat moves its time on when it ends.
+    provider.enqueue([content("Again."), finish("stop"), DONE])
+    await page.fill("#message", "Once more")
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"] >> nth=1').wait_for()
+    await page.wait_for_function(
+        "t => document.querySelector('#chats li time').getAttribute('datetime') !== t", arg=when
+    )
+    assert await entry.count() == 1
     assert errors == []

@@ -116,7 +116,8 @@ class Conversation:
         if reasoning is not None:
             options["reasoning"] = Reasoning(reasoning, self.stage.model.reasoning.effort)
         client, request = ctx.model_call(self.stage, list(self.messages), **options)
-        await ContextWindow(ctx, self.stage, request.model).fit(self.messages, self.own_start)
+        window = ContextWindow(ctx, self.stage, request.model, request.tools)
+        await window.fit(self.messages, self.own_start)
         request.messages = list(self.messages)
         turn = await stream_turn(
             ctx.run,

@@ -244,6 +244,19 @@ def parse_tool_text(
     return tuple(tools)
 
 
+def view_files(path: Path) -> frozenset[Path]:
+    """The view files tool file `path` names (resolved; none when it cannot be read as
+    JSON): the files whose change changes its tools, valid or not."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return frozenset()
+    entries = data.get("tools") if isinstance(data, dict) else None
+    names = [e.get("view") for e in entries or () if isinstance(e, dict)]
+    base = path.parent.resolve()
+    return frozenset((base / name).resolve() for name in names if isinstance(name, str) and name)
+
+
 def _read_view(base: Path | None, name: str) -> str:
     """The HTML of view file `name` under `base`; ValueError says why it cannot be used."""
     if base is None:

@@ -51,6 +51,7 @@ from service.core.tools.definitions import (
     ToolOrigin,
     kind_of,
     load_tool_file,
+    view_files,
 )
 
 log = logging.getLogger(__name__)
@@ -197,15 +198,45 @@ class ToolFileKind:
 
 
 class ToolFiles(DirectoryRegistry[ToolDefinition]):
-    """The tool files of a directory: a describing source (its tools run elsewhere)."""
+    """The tool files of a directory: a describing source (its tools run elsewhere).
+
+    A frontend tool's view is read when its file loads, so the watch covers the
+    directory's folders too: a changed view file reloads every tool file that names it.
+    """
 
     name = "tool files"
     executes = False
+    recursive = True
 
     def __init__(
         self, directory: Path, *, on_change: Callable[[DirectoryChange], None] | None = None
     ) -> None:
         super().__init__(directory, ToolFileKind(), on_change=on_change, logger=log)
+        self._root = self.directory.resolve()
+        self._views: dict[str, frozenset[Path]] = {}  # tool file → the view files it names
+
+    def entry_of(self, path: Path) -> str | None:
+        """A tool file of the directory itself (a view in a folder may end in `.html` too)."""
+        in_root = path.parent.resolve() == self._root
+        return path.name if in_root and self.loader.relevant(path) else None
+
+    def entries_of(self, path: Path) -> set[str]:
+        entries = super().entries_of(path)
+        if self._views:
+            changed = path.resolve()
+            entries |= {name for name, views in self._views.items() if changed in views}
+        return entries
+
+    def refresh(self, names: Iterable[str]) -> DirectoryChange | None:
+        """Reload the named files, noting the view files each names."""
+        names = sorted(names)
+        for name in names:
+            views = view_files(self.directory / name)
+            if views:
+                self._views[name] = views
+            else:
+                self._views.pop(name, None)
+        return super().refresh(names)
 
     def definitions(self) -> Mapping[str, ToolDefinition]:
         return self.items

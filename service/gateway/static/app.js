@@ -4,6 +4,7 @@
 import { ApiError, call, stream } from './api.js';
 import { h } from './dom.js';
 import { ChatView } from './render.js';
+import { ScrollFollower } from './scroll.js';
 
 const $ = (id) => document.getElementById(id);
 const TERMINAL = new Set(['run.complete', 'run.error', 'run.cancel']);
@@ -13,6 +14,9 @@ const state = {
   chatId: '',
   run: null, // {runId, lastSeq, ended, abort}
   agents: [],
+  chats: [], // as ListChats last answered
+  newChat: null, // a chat started since, listed before its first run is recorded
+  ended: null, // {chatId, at}: the run that ended last, newer than ListChats may know yet
 };
 
 const view = new ChatView($('log'), {
@@ -22,6 +26,7 @@ const view = new ChatView($('log'), {
   }),
   onTitle: (title) => { $('chat-title').textContent = title; },
 });
+const follower = new ScrollFollower($('log'), $('to-latest'));
 
 function setStatus(text) { $('status').textContent = text; }
 
@@ -105,29 +110,41 @@ function whenText(ms, now = Date.now()) {
 // Chats ----------------------------------------------------------------------------------
 
 async function loadChats() {
-  const list = $('chats');
   try {
     const data = await call('/api/chats', { query: { pageSize: 50 } });
-    $('chats-note').textContent = data.chats?.length ? '' : 'No chats yet.';
-    list.replaceChildren(...(data.chats || []).map((chat) => {
-      const name = chat.chatName || chat.chatId;
-      const when = Number(chat.updatedAt || chat.createdAt || 0);
-      return h('li', {}, h('button', {
-        type: 'button',
-        class: chat.chatId === state.chatId ? 'current' : '',
-        title: `${name}\n${when ? new Date(when).toLocaleString() : ''}`,
-        'data-chat-id': chat.chatId,
-        'data-agent-key': chat.agentKey || '',
-        onclick: () => openChat(chat.chatId, chat.agentKey),
-      },
-      h('span', { class: 'chat-name' }, name),
-      h('span', { class: 'chat-meta' },
-        h('span', { class: 'chat-agent' }, chat.agentKey ? agentName(chat.agentKey) : ''),
-        h('time', { datetime: when ? new Date(when).toISOString() : '' }, whenText(when)))));
-    }));
+    state.chats = data.chats || [];
   } catch (error) {
     $('chats-note').textContent = `History unavailable: ${error.message}`;
+    return;
   }
+  if (state.chats.some((chat) => chat.chatId === state.newChat?.chatId)) state.newChat = null;
+  showChats();
+}
+
+/** Lists the chats, the one just started first (until ListChats has it). */
+function showChats() {
+  let chats = state.newChat ? [state.newChat, ...state.chats] : state.chats;
+  const ended = chats.find((chat) => chat.chatId === state.ended?.chatId);
+  if (ended && Number(ended.updatedAt || 0) < state.ended.at) { // its end not written yet
+    chats = [{ ...ended, updatedAt: state.ended.at }, ...chats.filter((c) => c !== ended)];
+  }
+  $('chats-note').textContent = chats.length ? '' : 'No chats yet.';
+  $('chats').replaceChildren(...chats.map((chat) => {
+    const name = chat.chatName || chat.chatId;
+    const when = Number(chat.updatedAt || chat.createdAt || 0);
+    return h('li', {}, h('button', {
+      type: 'button',
+      class: chat.chatId === state.chatId ? 'current' : '',
+      title: `${name}\n${when ? new Date(when).toLocaleString() : ''}`,
+      'data-chat-id': chat.chatId,
+      'data-agent-key': chat.agentKey || '',
+      onclick: () => openChat(chat.chatId, chat.agentKey),
+    },
+    h('span', { class: 'chat-name' }, name),
+    h('span', { class: 'chat-meta' },
+      h('span', { class: 'chat-agent' }, chat.agentKey ? agentName(chat.agentKey) : ''),
+      h('time', { datetime: when ? new Date(when).toISOString() : '' }, whenText(when)))));
+  }));
 }
 
 async function openChat(chatId, agentKey = '') {
@@ -143,6 +160,7 @@ async function openChat(chatId, agentKey = '') {
     } finally {
       view.replaying = false;
     }
+    follower.toLatest();
     // The next message goes on with the agent of the chat's latest run.
     const queries = (data.events || []).filter((ev) => ev.type === 'request.query' && ev.agentKey);
     const latest = queries.length ? queries[queries.length - 1].agentKey : agentKey;
@@ -160,6 +178,7 @@ function newChat() {
   state.chatId = '';
   view.clear();
   $('chat-title').textContent = 'New chat';
+  follower.toLatest();
   setStatus('');
   setNote('');
   setMenu(false);
@@ -178,9 +197,17 @@ function onEvent(run, message) {
   if (!run.runId && ev.runId) run.runId = ev.runId;
   if (ev.chatId) state.chatId = ev.chatId;
   view.handle(ev);
+  if (ev.type === 'chat.start') { // a new chat: listed at once, not after its first run
+    state.newChat = {
+      chatId: ev.chatId, chatName: ev.chatName, agentKey: run.agentKey, updatedAt: ev.timestamp,
+    };
+    showChats();
+  }
   if (TERMINAL.has(ev.type)) {
     run.ended = true;
     setStatus('');
+    state.ended = { chatId: ev.chatId || state.chatId, at: Number(ev.timestamp) };
+    loadChats(); // the chat's time as of this run
   }
 }
 
@@ -201,8 +228,9 @@ async function send() {
     return;
   }
   setNote('');
-  const run = { runId: '', lastSeq: 0, ended: false, abort: new AbortController() };
+  const run = { runId: '', agentKey, lastSeq: 0, ended: false, abort: new AbortController() };
   state.run = run;
+  follower.toLatest(); // one's own message: back to the latest output
   setBusy(true);
   setStatus('running…');
   let accepted = false;
@@ -235,9 +263,9 @@ async function send() {
       }
     }
   } finally {
+    if (!run.ended) loadChats(); // no terminal event came to refresh the list
     run.ended = true;
     setBusy(false);
-    loadChats();
   }
 }
 

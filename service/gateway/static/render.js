@@ -70,7 +70,6 @@ export class ChatView {
       this.container.append(run.el);
     }
     run.handle(ev);
-    this.container.scrollTop = this.container.scrollHeight;
   }
 }
 

@@ -154,3 +154,50 @@ async def test_the_directory_is_watched(tmp_path: Path) -> None:
     finally:
         stop.set()
         await asyncio.wait_for(watch, 5)
+
+
+async def test_a_changed_view_file_reloads_the_tools_that_name_it(tmp_path: Path) -> None:
+    views = tmp_path / "views"
+    views.mkdir()
+    view = views / "card.html"
+    view.write_text("<p>one</p>")
+    (views / "unused.html").write_text("<p>not named</p>")
+    write(tmp_path, "ui.html", tool("card", view="views/card.html"))
+    write(tmp_path, "more.html", tool("badge", view="./views/../views/card.html"))
+    tools = registry(tmp_path)
+    assert tools.errors == {}  # a view is not taken for a tool file of its own
+    assert tools.files is not None
+    assert tools.files.entries_of(view) == {"ui.html", "more.html"}
+    assert tools.files.entries_of(views / "unused.html") == set()
+
+    def views_now() -> tuple[str, str]:
+        card, badge = tools.get("card"), tools.get("badge")
+        assert card is not None and badge is not None
+        return card.view_html, badge.view_html
+
+    stop = asyncio.Event()
+    watch = asyncio.create_task(
+        tools.watch(stop, force_polling=True, poll_delay_ms=20, debounce_ms=50)
+    )
+    try:
+        version = tools.version
+        view.write_text("<p>two</p>")
+        await tools.wait_for_version(version + 1, timeout=5)
+        assert views_now() == ("<p>two</p>", "<p>two</p>")
+        assert tools.version == version + 1  # one reload for both files
+
+        # A view gone: both files report it and keep their last valid version.
+        view.unlink()
+        await tools.wait_for_version(version + 2, timeout=5)
+        assert sorted(tools.errors) == ["more.html", "ui.html"]
+        assert "cannot read" in tools.errors["ui.html"]
+        assert views_now() == ("<p>two</p>", "<p>two</p>")
+
+        # Back again: the errors clear and the new view serves.
+        view.write_text("<p>three</p>")
+        await tools.wait_for_version(version + 3, timeout=5)
+        assert tools.errors == {}
+        assert views_now() == ("<p>three</p>", "<p>three</p>")
+    finally:
+        stop.set()
+        await asyncio.wait_for(watch, 5)
