@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 
@@ -130,6 +130,33 @@ async def close_pool(pool: Pool | None, timeout_s: float = 10.0) -> None:
     except TimeoutError:
         log.warning("PostgreSQL connections still busy after %.0fs: cut", timeout_s)
         pool.terminate()
+
+
+class PooledStore:
+    """A store on its own connection pool of the database at `dsn`, opened (and the
+    schema migrated) by `open`, returned by `close`."""
+
+    #: What the store is, for the error of using it before `open`.
+    what: ClassVar[str] = "PostgreSQL store"
+
+    def __init__(self, dsn: str, *, pool_size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self.timeout_s = timeout_s
+        self._pool: Pool | None = None
+
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            raise RuntimeError(f"the {self.what} is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        await close_pool(pool)
 
 
 @contextlib.contextmanager

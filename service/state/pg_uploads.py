@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.core.uploads import StoredUpload
-from service.state.pg_schema import DEFAULT_TIMEOUT_S, Pool, close_pool, failures, open_pool
+from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 
 _INSERT = """
 INSERT INTO uploads (id, owner_tenant, owner_subject, chat_id, name, type, mime_type,
@@ -42,29 +42,15 @@ def _upload(row: Any) -> StoredUpload:
     )
 
 
-class PostgresUploadStore:
+class PostgresUploadStore(PooledStore):
     """Uploads in PostgreSQL (`AGW_UPLOAD_STORE=postgres`)."""
+
+    what = "upload store"
 
     def __init__(
         self, dsn: str, *, pool_size: int = 4, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.dsn = dsn
-        self.pool_size = pool_size
-        self.timeout_s = timeout_s
-        self._pool: Pool | None = None
-
-    @property
-    def pool(self) -> Pool:
-        if self._pool is None:
-            raise RuntimeError("the upload store is not open")
-        return self._pool
-
-    async def open(self) -> None:
-        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
-
-    async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        await close_pool(pool)
+        super().__init__(dsn, pool_size=pool_size, timeout_s=timeout_s)
 
     async def put(self, upload: StoredUpload, content: bytes) -> None:
         owner = upload.owner or {}

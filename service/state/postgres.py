@@ -34,7 +34,7 @@ from service.core.errors import ChatNotFound
 from service.core.events import Event
 from service.core.ids import chat_name_of, check_chat_id, valid_chat_id, valid_run_id
 from service.core.ports import ChatSummary, Record
-from service.state.pg_schema import DEFAULT_TIMEOUT_S, Pool, close_pool, failures, open_pool
+from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 from service.state.run_files import decode_events, encode_events
 
 PRUNE_EVERY_S = 3600.0
@@ -93,30 +93,16 @@ def _after(cursor: str) -> tuple[int | None, str]:
     return None, ""
 
 
-class PostgresChatStore:
+class PostgresChatStore(PooledStore):
     """Chats and their records in PostgreSQL (`AGW_CHAT_STORE=postgres`)."""
+
+    what = "chat store"
 
     def __init__(
         self, dsn: str, *, pool_size: int = 10, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.dsn = dsn
-        self.pool_size = pool_size
-        self.timeout_s = timeout_s
-        self._pool: Pool | None = None
+        super().__init__(dsn, pool_size=pool_size, timeout_s=timeout_s)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    @property
-    def pool(self) -> Pool:
-        if self._pool is None:
-            raise RuntimeError("the chat store is not open")
-        return self._pool
-
-    async def open(self) -> None:
-        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
-
-    async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        await close_pool(pool)
 
     async def append(self, chat_id: str, records: list[Record]) -> None:
         check_chat_id(chat_id)
@@ -181,32 +167,21 @@ class PostgresChatStore:
         return None
 
 
-class PostgresRunLog:
+class PostgresRunLog(PooledStore):
     """The event logs of ended runs in PostgreSQL (`AGW_RUN_LOG=postgres`)."""
+
+    what = "run log"
 
     def __init__(
         self, dsn: str, ttl_s: float, *, pool_size: int = 4, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.dsn = dsn
+        super().__init__(dsn, pool_size=pool_size, timeout_s=timeout_s)
         self.ttl_s = ttl_s
-        self.pool_size = pool_size
-        self.timeout_s = timeout_s
-        self._pool: Pool | None = None
         self._last_prune = 0.0
 
-    @property
-    def pool(self) -> Pool:
-        if self._pool is None:
-            raise RuntimeError("the run log is not open")
-        return self._pool
-
     async def open(self) -> None:
-        self._pool = await open_pool(self.dsn, max_size=self.pool_size, timeout_s=self.timeout_s)
+        await super().open()
         await self.prune()
-
-    async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        await close_pool(pool)
 
     async def save(self, run_id: str, events: Sequence[Event]) -> None:
         if not valid_run_id(run_id):
