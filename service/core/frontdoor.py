@@ -41,6 +41,7 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import (
+    BusUnavailable,
     ChatBusy,
     ChatNotFound,
     InvalidRequest,
@@ -467,7 +468,12 @@ class FrontDoor:
             raise InvalidRequest("chatId is required")
         check_chat_id(chat_id)
         summary = await self.chats.summary(chat_id)
-        live = await self.bus.live_of(chat_id)
+        try:
+            live = await self.bus.live_of(chat_id)
+        except BusUnavailable:  # the history is still there to read; the live run is not
+            if summary is None:
+                raise
+            live = None
         owner = summary.owner if summary is not None else live.owner if live else principal
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
