@@ -557,11 +557,10 @@ class RedisRunBus:
         try:
             for run_id, waits in list(due.items()):
                 owned = self._runs.get(run_id)
-                if owned is None or owned.fenced:
-                    continue
-                data = orjson.dumps([[w.tool_id, w.kind, w.tool_name] for w in waits])
-                await self._set_waits(keys=[self.keys.meta(run_id)], args=[data, owned.fence])
-                del due[run_id]
+                if owned is not None and not owned.fenced:
+                    data = orjson.dumps([[w.tool_id, w.kind, w.tool_name] for w in waits])
+                    await self._set_waits(keys=[self.keys.meta(run_id)], args=[data, owned.fence])
+                del due[run_id]  # written, or nothing to write any more
         finally:
             if due:  # not written (Redis unreachable): again, unless newer ones came meanwhile
                 self._waits_due = {**due, **self._waits_due}
