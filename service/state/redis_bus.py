@@ -9,9 +9,9 @@ per chat its active run (claimed with SET NX) and a settling mark; per replica
 a liveness key and an inbox.
 
 *Waits.* The owner writes the open waits of each run (tool id, kind, tool name) into
-its meta hash whenever one opens or closes, latest first-come, by one writer, so any
-replica can say what a live run waits for (`live_of`), with the stream's last entry
-as its last seq.
+its meta hash whenever one opens or closes (one writer loop per replica, which writes
+each run's latest state), so any replica can say what a live run waits for
+(`live_of`), with the stream's last entry as its last seq.
 
 *Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
 and appends what waits, every run's events in one pipelined round trip, with a
