@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from service.core.agents import Mode
+
+if TYPE_CHECKING:
+    from service.core.ports import LiveRun
 
 #: What a query on a chat that has an active run does: fail, wait its turn, or stop the run.
 Strategy = Literal["reject", "enqueue", "interrupt"]
@@ -140,3 +143,4 @@ class ChatView:
     events: list[Any] = field(default_factory=list)  # agw.v1.Event, in snapshot form
     records: list[dict[str, Any]] = field(default_factory=list)  # with include_records only
     references: list[dict[str, Any]] = field(default_factory=list)  # as stored (camelCase)
+    live_run: LiveRun | None = None  # the chat's run in progress, if any

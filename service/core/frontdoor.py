@@ -41,6 +41,7 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import (
+    BusUnavailable,
     ChatBusy,
     ChatNotFound,
     InvalidRequest,
@@ -467,10 +468,23 @@ class FrontDoor:
             raise InvalidRequest("chatId is required")
         check_chat_id(chat_id)
         summary = await self.chats.summary(chat_id)
-        if summary is not None and summary.owner != principal:
+        try:
+            live = await self.bus.live_of(chat_id)
+        except BusUnavailable:  # the history is still there to read; the live run is not
+            if summary is None:
+                raise
+            live = None
+        owner = summary.owner if summary is not None else live.owner if live else principal
+        if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
-        records = await self.chats.read(chat_id)
+        try:
+            records = await self.chats.read(chat_id)
+        except ChatNotFound:
+            if live is None:
+                raise
+            records = []  # the chat's first run has not written its first record yet
         return ChatView(
+            live_run=live if live is not None and live.owner == principal else None,
             chat_id=chat_id,
             chat_name=summary.chat_name if summary else "",
             events=replay(records),

@@ -24,6 +24,7 @@ from service.core.uploads import StoredUpload
 if TYPE_CHECKING:
     from service.core.eventlog import Emitter
     from service.core.runstate import RunState
+    from service.core.waits import OpenWait, WaitKind
 
 Record = dict[str, Any]
 
@@ -103,6 +104,18 @@ class RunRef:
     chat_id: str
     owner: Principal = ANONYMOUS
     running: bool = True  # False once its terminal event is out
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    """A chat's run in progress as any replica sees it: where its stream is, what it waits for."""
+
+    run_id: str
+    chat_id: str
+    owner: Principal
+    agent_key: str
+    last_seq: int  # the seq of its last event so far
+    waits: list[OpenWait]  # open right now, in the order they opened
 
 
 class RunBus(Protocol):
@@ -188,8 +201,18 @@ class RunBus(Protocol):
         principal than the command's is an unknown run)."""
         ...
 
+    async def live_of(self, chat_id: str) -> LiveRun | None:
+        """The chat's run in progress (not yet ended), with its last seq and open waits."""
+        ...
+
     async def wait(
-        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+        self,
+        out: Emitter,
+        tool_id: str,
+        tool_name: str,
+        timeout_s: float | None = None,
+        *,
+        kind: WaitKind = "frontend_tool",
     ) -> Any:
         """Suspend the run's caller until `tool_id` is answered; WaitTimedOut on time-out."""
         ...

@@ -19,6 +19,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +35,22 @@ if TYPE_CHECKING:
     from service.core.runstate import RunState
 
 WaitState = Literal["waiting", "answered", "expired", "closed"]
+#: What waits: a frontend tool, a question, a permission or a plan approval.
+WaitKind = Literal["frontend_tool", "question", "permission", "plan_approval"]
+WAIT_KINDS: tuple[WaitKind, ...] = ("frontend_tool", "question", "permission", "plan_approval")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenWait:
+    """A wait of a run open right now: the id Submit answers, what waits, the tool's name."""
+
+    tool_id: str
+    kind: WaitKind
+    tool_name: str
+
+
+#: Told the open waits of a run each time one opens or closes: (run id, its open waits).
+WaitsObserver = Callable[[str, list[OpenWait]], None]
 
 
 class WaitTimedOut(Exception):
@@ -47,6 +64,7 @@ class WaitTimedOut(Exception):
 @dataclass(slots=True)
 class _Wait:
     tool_name: str
+    kind: WaitKind
     out: Emitter
     future: asyncio.Future[Any]
     state: WaitState = "waiting"
@@ -64,20 +82,46 @@ class Waits:
         self.timeout_s = timeout_s
         self.payload_limit_bytes = payload_limit_bytes
         self._runs: dict[str, dict[str, _Wait]] = {}
+        self._observers: list[WaitsObserver] = []
+
+    def observe(self, observer: WaitsObserver) -> None:
+        """Tell `observer` a run's open waits whenever one opens or closes."""
+        self._observers.append(observer)
 
     def waiting(self, run_id: str) -> list[str]:
         """The tool ids of `run_id` that wait for an answer right now."""
+        return [wait.tool_id for wait in self.open_waits(run_id)]
+
+    def open_waits(self, run_id: str) -> list[OpenWait]:
+        """The waits of `run_id` open right now, in the order they opened."""
         waits = self._runs.get(run_id, {})
-        return [tool_id for tool_id, w in waits.items() if w.state == "waiting"]
+        return [
+            OpenWait(tool_id, w.kind, w.tool_name)
+            for tool_id, w in waits.items()
+            if w.state == "waiting"
+        ]
+
+    def _changed(self, run_id: str) -> None:
+        if self._observers:
+            waits = self.open_waits(run_id)
+            for observer in self._observers:
+                observer(run_id, waits)
 
     async def wait(
-        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+        self,
+        out: Emitter,
+        tool_id: str,
+        tool_name: str,
+        timeout_s: float | None = None,
+        *,
+        kind: WaitKind = "frontend_tool",
     ) -> Any:
         """Suspend until `tool_id` is answered; its payload (WaitTimedOut on time-out)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        wait = _Wait(tool_name, out, future)
+        wait = _Wait(tool_name, kind, out, future)
         self._runs.setdefault(out.run_id, {})[tool_id] = wait
+        self._changed(out.run_id)
         started = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
@@ -92,6 +136,7 @@ class Waits:
                 wait.state = "closed"  # cancelled: the run stopped waiting
             if not future.done():
                 future.cancel()
+            self._changed(out.run_id)
             submit_wait.record(time.monotonic() - started, {"agw.outcome": wait.state})
 
     def check(self, command: SubmitCommand) -> None:

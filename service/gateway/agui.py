@@ -15,13 +15,14 @@ calls the service over the adapter's gRPC channel only, like every other route:
   ends (`RUN_FINISHED`, the calls in `outcome.pendingToolCallIds`) while the
   agw run keeps waiting. The next input whose messages end with `tool`
   messages answering them is `Submit`ted to that run, and the AG-UI run
-  continues its stream (`Attach` after the last event sent) instead of
-  starting a new query. A new user message instead interrupts the waiting run.
+  continues its stream (the events after the block) instead of starting a new
+  query. A new user message instead interrupts the waiting run.
 - Asks (a permission, a question, a plan approval) the run waits for end the
   AG-UI run with an `interrupt` outcome; the next input's `resume` entries are
   submitted as their answers, and the stream continues the same way.
-  Waiting runs are remembered by this adapter process (the most recent
-  `MAX_WAITING` threads).
+  Nothing is kept between AG-UI runs: the waiting run is found through GetChat
+  and its projection rebuilt from its events (`agui_thread`), so the next
+  input may reach any adapter process.
 
 The adapter's protections apply as on every route (allowed hosts, the origin
 check, JSON bodies only, the body limit, `Authorization` passed on as
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from aiohttp import web
 from google.protobuf import json_format, struct_pb2
 
 from service.gateway.agui_events import AgUiEvent, Projection, failed
+from service.gateway.agui_thread import replay
 from service.gateway.metadata import Metadata, metadata_of
 from service.gateway.sse import EventStream
 from service.gateway.status import error_info, failure, rpc_failure, shown
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
     from service.gateway.server import HttpGateway
 
 PATH = "/api/ag-ui/{agentKey}"
-#: Threads whose run waits for frontend tools, remembered at most (the oldest forgotten).
-MAX_WAITING = 10_000
 #: How often, and how far apart, an answer that came before the run's wait is submitted again.
 SUBMIT_RETRIES = 10
 SUBMIT_RETRY_S = 0.05
@@ -83,7 +82,7 @@ class RunInput:
 
 
 class AgUiEndpoint:
-    """The handler of `POST /api/ag-ui/{agentKey}`, and the threads waiting for tools."""
+    """The handler of `POST /api/ag-ui/{agentKey}`."""
 
     def __init__(self, gateway: HttpGateway) -> None:
         assert gateway.channel is not None
@@ -98,7 +97,11 @@ class AgUiEndpoint:
         self.submit = channel.unary_unary(
             _SERVICE + "Submit", gw.SubmitRequest.SerializeToString, gw.SubmitResponse.FromString
         )
-        self.waiting: OrderedDict[str, Projection] = OrderedDict()
+        self.get_chat = channel.unary_unary(
+            _SERVICE + "GetChat",
+            gw.GetChatRequest.SerializeToString,
+            gw.GetChatResponse.FromString,
+        )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not _is_json(request):
@@ -106,21 +109,17 @@ class AgUiEndpoint:
             return _envelope(failure(grpc.StatusCode.INVALID_ARGUMENT, message), 415)
         run_input = parse_input(await request.read())
         metadata = metadata_of(request.headers)
-        answers = tool_answers(run_input.messages)
-        if answers or run_input.resume:
-            projection, refused = await self._answer(run_input, answers, metadata)
-            if refused is not None:
-                return refused
-            call = self.attach(
-                gw.AttachRequest(run_id=projection.agw_run_id, after_seq=projection.last_seq),
-                metadata=metadata,
-            )
-        else:
-            projection = Projection(run_input.thread_id, run_input.run_id, dict(run_input.state))
-            call = self.query(self._query(request, run_input), metadata=metadata)
+        try:
+            opened = await self._open(request, run_input, metadata)
+        except grpc.aio.AioRpcError as error:  # refused before the run's stream began
+            status, envelope = rpc_failure(error)
+            return _envelope(envelope, status)
+        if isinstance(opened, web.Response):
+            return opened
+        call, projection = opened
         stream = AgUiStream(
             request,
-            ProjectedCall(call, projection, self._remember),
+            ProjectedCall(call, projection),
             heartbeat_s=self.gateway.heartbeat_s,
             write_timeout_s=self.gateway.write_timeout_s,
         )
@@ -130,7 +129,63 @@ class AgUiEndpoint:
         finally:
             self.gateway.streams.discard(stream)
 
-    def _query(self, request: web.Request, run_input: RunInput) -> gw.QueryRequest:
+    async def _open(
+        self, request: web.Request, run_input: RunInput, metadata: Metadata
+    ) -> tuple[Any, Projection] | web.Response:
+        """The call this AG-UI run streams and its projection: a new query, or the thread's
+        waiting run continued with the input's answers (a response when they are refused)."""
+        answers = tool_answers(run_input.messages)
+        chat = await self._chat(run_input.thread_id, metadata)
+        live = chat.live_run if chat is not None and chat.HasField("live_run") else None
+        if not (answers or run_input.resume):
+            projection = Projection(run_input.thread_id, run_input.run_id, dict(run_input.state))
+            query = self._query(request, run_input, interrupt=bool(live and live.waits))
+            return self.query(query, metadata=metadata), projection
+        if live is None:  # nothing waits: a late answer gets the service's reason
+            return await self._late(run_input, answers, chat, metadata)
+        return await self._continue(run_input, answers, live, metadata)
+
+    async def _chat(self, thread_id: str, metadata: Metadata) -> gw.GetChatResponse | None:
+        """The thread's chat, with its run in progress if any (None for a thread not begun)."""
+        if not thread_id:
+            return None
+        try:
+            chat: gw.GetChatResponse = await self.get_chat(
+                gw.GetChatRequest(chat_id=thread_id), metadata=metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                return None  # a new thread (or an id the query itself will refuse)
+            raise
+        return chat
+
+    async def _late(
+        self,
+        run_input: RunInput,
+        answers: list[tuple[str, Any]],
+        chat: gw.GetChatResponse | None,
+        metadata: Metadata,
+    ) -> web.Response:
+        """Answers while no run of the thread waits: submitted to the thread's last run, the
+        service says why it refuses them (expired, already answered) while it knows the run;
+        else they answer nothing."""
+        replies = answers or [(i, p) for i, _, p in run_input.resume]
+        if chat is not None and chat.events and replies:
+            answer_id, payload = replies[0]
+            submit = gw.SubmitRequest(
+                chat_id=run_input.thread_id,
+                run_id=chat.events[-1].run_id,
+                tool_id=answer_id,
+                payload=json_format.ParseDict(payload, struct_pb2.Value()),
+            )
+            response = await self.submit(submit, metadata=metadata)
+            if response.outcome in (gw.SUBMIT_OUTCOME_EXPIRED, gw.SUBMIT_OUTCOME_ALREADY_ANSWERED):
+                return _refused(answer_id, response)
+        raise unanswerable(run_input, answers)
+
+    def _query(
+        self, request: web.Request, run_input: RunInput, *, interrupt: bool
+    ) -> gw.QueryRequest:
         message = user_text(run_input.messages)
         query = gw.QueryRequest(
             chat_id=run_input.thread_id,
@@ -141,20 +196,45 @@ class AgUiEndpoint:
             query.params.update(run_input.forwarded_props)
         if run_input.context:
             query.scene.update({"context": run_input.context})
-        if self.waiting.pop(run_input.thread_id, None) is not None:
-            # the user moved on instead of answering the pending tool calls
+        if interrupt:  # the user moved on instead of answering what the run waits for
             query.multitask_strategy = gw.MULTITASK_STRATEGY_INTERRUPT
         return query
 
-    async def _answer(
-        self, run_input: RunInput, answers: list[tuple[str, Any]], metadata: Metadata
-    ) -> tuple[Projection, web.Response | None]:
-        """Submit the tool results and the interrupts' answers to the thread's waiting run:
-        its projection, and an error response if an answer was refused.
+    async def _continue(
+        self,
+        run_input: RunInput,
+        answers: list[tuple[str, Any]],
+        live: gw.LiveRun,
+        metadata: Metadata,
+    ) -> tuple[Any, Projection] | web.Response:
+        """The thread's waiting run, its projection rebuilt, the answers submitted: the
+        Attach call that streams the rest and the projection, or the response refusing an
+        answer."""
+        projection = Projection(run_input.thread_id, run_input.run_id, dict(run_input.state))
+        call = self.attach(gw.AttachRequest(run_id=live.run_id), metadata=metadata)
+        try:
+            blocked = await replay(call, projection, live.last_seq)
+            refused = await self._answer(
+                run_input, answers, projection if blocked else None, metadata
+            )
+        except BaseException:
+            call.cancel()
+            raise
+        if refused is not None:
+            call.cancel()
+            return refused
+        return call, projection
 
-        The thread is taken from the waiting ones first, so that two inputs answering
-        it at once cannot both continue it."""
-        projection = self.waiting.pop(run_input.thread_id, None)
+    async def _answer(
+        self,
+        run_input: RunInput,
+        answers: list[tuple[str, Any]],
+        projection: Projection | None,
+        metadata: Metadata,
+    ) -> web.Response | None:
+        """Submit the tool results and the interrupts' answers to the run `projection`
+        follows, blocked where the client answers it (None: no run waits): an error
+        response if an answer was refused."""
         interrupts = {i["id"]: i for i in projection.interrupts} if projection else {}
         pending = projection.pending if projection is not None else []
         if projection is not None:  # tool messages of earlier runs may still end the messages
@@ -164,13 +244,7 @@ class AgUiEndpoint:
         unknown = [i for i, _ in answers if i not in pending]
         unknown += [i for i, _, _ in run_input.resume if i not in interrupts]
         if projection is None or unknown or not replies:
-            if projection is not None:
-                self._remember(projection)
-            which = shown(unknown[0] if unknown else replies[0][0] if replies else "")
-            raise BadRequest(
-                f"{which!r} answers no pending tool call or interrupt of thread "
-                f"{shown(run_input.thread_id)!r}; end the messages with a user message instead"
-            )
+            raise unanswerable(run_input, [(i, None) for i in unknown] or replies)
         for answer_id, payload in replies:
             submit = gw.SubmitRequest(
                 chat_id=run_input.thread_id,
@@ -178,20 +252,11 @@ class AgUiEndpoint:
                 tool_id=answer_id,
                 payload=json_format.ParseDict(payload, struct_pb2.Value()),
             )
-            try:
-                response = await self._submit(submit, metadata)
-            except grpc.aio.AioRpcError as error:  # the run may still wait: keep the thread
-                self._remember(projection)
-                status, envelope = rpc_failure(error)
-                return projection, _envelope(envelope, status)
+            response = await self._submit(submit, metadata)
             if not response.accepted:
-                outcome = gw.SubmitOutcome.Name(response.outcome).removeprefix("SUBMIT_OUTCOME_")
-                message = f"{answer_id!r} cannot be answered: {outcome}"
-                detail = f"{message} ({response.detail})" if response.detail else message
-                envelope = failure(grpc.StatusCode.FAILED_PRECONDITION, detail, reason=outcome)
-                return projection, _envelope(envelope, 400)
+                return _refused(answer_id, response)
         projection.resume(run_input.run_id, [answer_id for answer_id, _ in replies])
-        return projection, None
+        return None
 
     async def _submit(self, submit: gw.SubmitRequest, metadata: Metadata) -> gw.SubmitResponse:
         """Submit; an answer that arrives before the run has begun its wait is tried again.
@@ -208,13 +273,6 @@ class AgUiEndpoint:
             response = await self.submit(submit, metadata=metadata)
         return response
 
-    def _remember(self, projection: Projection) -> None:
-        """Keep a thread whose run waits for the client's tool results."""
-        self.waiting[projection.thread_id] = projection
-        self.waiting.move_to_end(projection.thread_id)
-        while len(self.waiting) > MAX_WAITING:
-            self.waiting.popitem(last=False)
-
 
 class ProjectedCall:
     """A Query or Attach call read as AG-UI SSE frames (what `EventStream` relays).
@@ -225,10 +283,9 @@ class ProjectedCall:
     without a terminal event, it becomes `RUN_ERROR`.
     """
 
-    def __init__(self, call: Any, projection: Projection, on_block: Any) -> None:
+    def __init__(self, call: Any, projection: Projection) -> None:
         self.call = call
         self.projection = projection
-        self.on_block = on_block
         self._ended = False
 
     async def read(self) -> Any:
@@ -252,8 +309,6 @@ class ProjectedCall:
                 )
             events = projection.project(message)
             if projection.finished:
-                if projection.pending or projection.interrupts:
-                    self.on_block(projection)
                 return self._end(events)
             if events:
                 return encode(events)
@@ -284,6 +339,15 @@ class AgUiStream(EventStream):
 def encode(events: list[AgUiEvent]) -> bytes:
     """AG-UI events as SSE messages, one `data:` line of JSON each."""
     return b"".join(b"data: " + orjson.dumps(event) + b"\n\n" for event in events)
+
+
+def unanswerable(run_input: RunInput, answers: list[tuple[str, Any]]) -> BadRequest:
+    """The refusal of answers (tool results, resume entries) no run of the thread waits for."""
+    ids = [answer_id for answer_id, _ in answers] or [i for i, _, _ in run_input.resume]
+    return BadRequest(
+        f"{shown(ids[0] if ids else '')!r} answers no pending tool call or interrupt of thread "
+        f"{shown(run_input.thread_id)!r}; end the messages with a user message instead"
+    )
 
 
 def parse_input(body: bytes) -> RunInput:
@@ -383,6 +447,15 @@ def _value(text: str) -> Any:
 
 def _is_json(request: web.Request) -> bool:
     return "Content-Type" in request.headers and bool(_JSON_TYPE.fullmatch(request.content_type))
+
+
+def _refused(answer_id: str, response: gw.SubmitResponse) -> web.Response:
+    """The 400 answer to an answer the service did not accept, with its outcome as reason."""
+    outcome = gw.SubmitOutcome.Name(response.outcome).removeprefix("SUBMIT_OUTCOME_")
+    message = f"{answer_id!r} cannot be answered: {outcome}"
+    detail = f"{message} ({response.detail})" if response.detail else message
+    envelope = failure(grpc.StatusCode.FAILED_PRECONDITION, detail, reason=outcome)
+    return _envelope(envelope, 400)
 
 
 def _envelope(body: dict[str, Any], status: int) -> web.Response:

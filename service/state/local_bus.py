@@ -14,13 +14,21 @@ from typing import Any
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.eventlog import Emitter
 from service.core.events import Event
-from service.core.ports import RunRef
+from service.core.ports import LiveRun, RunRef
 from service.core.runstate import RunState
-from service.core.waits import Waits
+from service.core.waits import WaitKind, Waits
 
 
 def ref(run: RunState) -> RunRef:
     return RunRef(run.run_id, run.chat_id, run.owner, running=not run.done)
+
+
+def live(run: RunState, waits: Waits) -> LiveRun:
+    """A run of this process as `RunBus.live_of` describes it."""
+    last_seq = run.log[-1].seq if len(run.log) else 0
+    return LiveRun(
+        run.run_id, run.chat_id, run.owner, run.agent_key, last_seq, waits.open_waits(run.run_id)
+    )
 
 
 class LocalRunBus:
@@ -79,6 +87,10 @@ class LocalRunBus:
         run = self._chats.get(chat_id)
         return ref(run) if run is not None else None
 
+    async def live_of(self, chat_id: str) -> LiveRun | None:
+        run = self._chats.get(chat_id)
+        return live(run, self.waits) if run is not None and not run.done else None
+
     async def wait_ended(self, run_id: str) -> None:
         freed = self._freed.get(run_id)
         if freed is not None:
@@ -99,9 +111,15 @@ class LocalRunBus:
         return self.waits.deliver(command, self._runs.get(command.run_id))
 
     async def wait(
-        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+        self,
+        out: Emitter,
+        tool_id: str,
+        tool_name: str,
+        timeout_s: float | None = None,
+        *,
+        kind: WaitKind = "frontend_tool",
     ) -> Any:
-        return await self.waits.wait(out, tool_id, tool_name, timeout_s)
+        return await self.waits.wait(out, tool_id, tool_name, timeout_s, kind=kind)
 
     def waiting(self, run_id: str) -> list[str]:
         return self.waits.waiting(run_id)

@@ -8,6 +8,11 @@ hash (chat, owner principal, owner replica, status, fence token) and a lease;
 per chat its active run (claimed with SET NX) and a settling mark; per replica
 a liveness key and an inbox.
 
+*Waits.* The owner writes the open waits of each run (tool id, kind, tool name) into
+its meta hash whenever one opens or closes (one writer loop per replica, which writes
+each run's latest state), so any replica can say what a live run waits for
+(`live_of`), with the stream's last entry as its last seq.
+
 *Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
 and appends what waits, every run's events in one pipelined round trip, with a
 script that first checks the run's fence. The terminal event's append also
@@ -63,7 +68,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
@@ -78,10 +83,11 @@ from service.core.errors import STATUS_OF, AgwError, BusUnavailable, Conflict, O
 from service.core.eventlog import Emitter
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
 from service.core.ids import valid_run_id
-from service.core.ports import RunRef
+from service.core.ports import LiveRun, RunRef
 from service.core.runstate import RunState
-from service.core.waits import Waits
+from service.core.waits import WAIT_KINDS, OpenWait, WaitKind, Waits
 from service.state import redis_scripts as scripts
+from service.state.local_bus import live
 from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
 from service.state.redis_streams import Mirror, Outbox, Owned
 
@@ -112,6 +118,16 @@ def _text(value: bytes | str | None) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _open_waits(data: bytes | None) -> list[OpenWait]:
+    """The open waits a meta hash holds (`[[tool id, kind, tool name], ...]`)."""
+    waits = orjson.loads(data) if data else []
+    return [
+        OpenWait(tool_id, cast(WaitKind, kind), name)
+        for tool_id, kind, name in waits
+        if kind in WAIT_KINDS  # a kind this version does not know is left out
+    ]
 
 
 def _events_of(entries: Any) -> list[Event]:
@@ -182,6 +198,10 @@ class RedisRunBus:
         self._declare = self.redis.register_script(scripts.DECLARE)
         self._active = self.redis.register_script(scripts.ACTIVE)
         self._compare_delete = self.redis.register_script(scripts.COMPARE_DELETE)
+        self._set_waits = self.redis.register_script(scripts.SET_WAITS)
+        self._waits_due: dict[str, list[OpenWait]] = {}  # run id -> its waits to write
+        self._waits_wake = asyncio.Event()
+        self.waits.observe(self._waits_changed)
         self._runs: dict[str, Owned] = {}
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
         self._mirrors: dict[str, Mirror] = {}
@@ -217,6 +237,7 @@ class RedisRunBus:
             "inbox": self._serve_inbox,
             "janitor": self._janitor,
             "reader": self._read_mirrors,
+            "waits": self._write_waits,
         }
         self._loops = [
             asyncio.create_task(self._forever(name, step), name=f"{name}-{self.replica_id}")
@@ -316,6 +337,7 @@ class RedisRunBus:
                         run.owner.subject,
                         self.replica_id,
                         self._lease_ms,
+                        run.agent_key,
                     ],
                 )
             )
@@ -511,9 +533,38 @@ class RedisRunBus:
         return self.waits.deliver(command, self._here(command.run_id) if command.run_id else None)
 
     async def wait(
-        self, out: Emitter, tool_id: str, tool_name: str, timeout_s: float | None = None
+        self,
+        out: Emitter,
+        tool_id: str,
+        tool_name: str,
+        timeout_s: float | None = None,
+        *,
+        kind: WaitKind = "frontend_tool",
     ) -> Any:
-        return await self.waits.wait(out, tool_id, tool_name, timeout_s)
+        return await self.waits.wait(out, tool_id, tool_name, timeout_s, kind=kind)
+
+    def _waits_changed(self, run_id: str, waits: list[OpenWait]) -> None:
+        if run_id in self._runs:
+            self._waits_due[run_id] = waits
+            self._waits_wake.set()
+
+    async def _write_waits(self) -> None:
+        """Write the open waits of the runs whose waits changed into their meta hashes."""
+        await self._waits_wake.wait()
+        await self.writable()
+        self._waits_wake.clear()
+        due, self._waits_due = self._waits_due, {}
+        try:
+            for run_id, waits in list(due.items()):
+                owned = self._runs.get(run_id)
+                if owned is not None and not owned.fenced:
+                    data = orjson.dumps([[w.tool_id, w.kind, w.tool_name] for w in waits])
+                    await self._set_waits(keys=[self.keys.meta(run_id)], args=[data, owned.fence])
+                del due[run_id]  # written, or nothing to write any more
+        finally:
+            if due:  # not written (Redis unreachable): again, unless newer ones came meanwhile
+                self._waits_due = {**due, **self._waits_due}
+                self._waits_wake.set()
 
     def waiting(self, run_id: str) -> list[str]:
         return self.waits.waiting(run_id)
@@ -563,6 +614,25 @@ class RedisRunBus:
                 continue  # its owner was lost: the run is ended and the chat freed
             return RunRef(run_id, chat, Principal(tenant, subject), running=status != ENDED)
         return None
+
+    async def live_of(self, chat_id: str) -> LiveRun | None:
+        async with self._reaching("live_of"):
+            active = await self._active_of(chat_id)
+            if active is None or not active.running:
+                return None
+            run = self._here(active.run_id)
+            if run is not None:
+                return live(run, self.waits) if not run.done else None
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hmget(self.keys.meta(active.run_id), "status", "agent", "waits")
+            pipe.xrevrange(self.keys.events(active.run_id), "+", "-", count=1)
+            (status, agent, waits), last = await pipe.execute()
+        if _text(status) != RUNNING:
+            return None
+        last_seq = int(_text(last[0][0]).partition("-")[2]) if last else 0
+        return LiveRun(
+            active.run_id, chat_id, active.owner, _text(agent), last_seq, _open_waits(waits)
+        )
 
     async def wait_ended(self, run_id: str) -> None:
         if self._here(run_id) is not None:

@@ -29,7 +29,8 @@ class Keys:
         return f"{self.prefix}run:{run_id}:events"
 
     def meta(self, run_id: str) -> str:
-        """Hash: `chat`, `tenant`, `subject`, `replica` (its owner), `status`, `fence`."""
+        """Hash: `chat`, `tenant`, `subject`, `replica` (its owner), `status`, `fence`,
+        `agent` (its agent's key), `waits` (its open waits, JSON)."""
         return f"{self.prefix}run:{run_id}:meta"
 
     def lease(self, run_id: str) -> str:
@@ -79,13 +80,14 @@ class Keys:
 
 
 #: Registers a run: claims its chat (returns ''), or returns the chat's active run id.
-#: KEYS: claim, meta, lease, active set; ARGV: run, chat, tenant, subject, replica, lease ms
+#: KEYS: claim, meta, lease, active set; ARGV: run, chat, tenant, subject, replica, lease ms,
+#: agent
 REGISTER = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') == false then
   return redis.call('GET', KEYS[1])
 end
 redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
-  'replica', ARGV[5], 'status', 'running', 'fence', 1)
+  'replica', ARGV[5], 'status', 'running', 'fence', 1, 'agent', ARGV[7], 'waits', '[]')
 redis.call('SET', KEYS[3], ARGV[5] .. ':1', 'PX', ARGV[6])
 redis.call('SADD', KEYS[4], ARGV[1])
 return ''
@@ -163,6 +165,15 @@ local meta = redis.call('HMGET', ARGV[1] .. 'run:' .. run .. ':meta',
   'chat', 'tenant', 'subject', 'status')
 local leased = redis.call('EXISTS', ARGV[1] .. 'run:' .. run .. ':lease')
 return {run, meta[1], meta[2], meta[3], meta[4], leased}
+"""
+
+#: Writes a run's open waits (ARGV[1], JSON) into its meta KEYS[1] while it runs under the
+#: fence ARGV[2] (1 when written).
+SET_WAITS = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'waits', ARGV[1])
+return 1
 """
 
 #: Deletes KEYS[1] if its value is ARGV[1].

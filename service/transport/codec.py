@@ -223,7 +223,29 @@ def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatRe
     if include_raw_messages:
         for record in view.records:
             response.raw_messages.add().update(record)
+    live = view.live_run
+    if live is not None:
+        response.live_run.CopyFrom(
+            gw.LiveRun(
+                run_id=live.run_id,
+                agent_key=live.agent_key,
+                last_seq=live.last_seq,
+                waits=[
+                    gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
+                    for w in live.waits
+                ],
+            )
+        )
     return response
+
+
+#: The wire value of each kind of wait.
+WAIT_KIND = {
+    "frontend_tool": gw.WAIT_KIND_FRONTEND_TOOL,
+    "question": gw.WAIT_KIND_QUESTION,
+    "permission": gw.WAIT_KIND_PERMISSION,
+    "plan_approval": gw.WAIT_KIND_PLAN_APPROVAL,
+}
 
 
 def upload_response(upload: StoredUpload, command: UploadCommand) -> gw.UploadResponse:

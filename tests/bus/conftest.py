@@ -162,13 +162,15 @@ async def started(
     lease_ttl_s: float | dict[str, float] = 2.0,
     reply_timeout_s: float = 2.0,
     retention_s: float = 60.0,
+    agents: dict[str, dict[str, Any]] | None = None,
 ) -> AsyncIterator[Replicas]:
-    """Replicas `names` of the service on `provider`, with the test agents and UI tools.
+    """Replicas `names` of the service on `provider`, with the test agents (and `agents`)
+    and UI tools.
 
     `lease_ttl_s`: every replica's, or each one's by name.
     """
     agents_dir = tmp_path / "agents"
-    for key, definition in AGENTS.items():
+    for key, definition in {**AGENTS, **(agents or {})}.items():
         write_agent(agents_dir, key, definition)
     tools_dir = write_ui_tools(tmp_path / "tools")
     chats, run_log = MemoryChatStore(), MemoryRunLog()

@@ -92,6 +92,9 @@ async def test_an_unreachable_redis_refuses_calls_promptly_and_runs_end_once(
                 error, took = await refused_unavailable(refused_call)
                 assert_bus_unavailable(error)
                 assert took < REPLY_TIMEOUT_S + 2.0, (name, took)
+            # The chat's history is still read; its live run cannot be told meanwhile.
+            chat = await b.stub.GetChat(gw.GetChatRequest(chat_id=delta.chat_id))
+            assert chat.events[0].type == "request.query" and not chat.HasField("live_run")
             gate.set()  # the run goes on and ends on its owner
             on_a += await rest(call)
         finally:

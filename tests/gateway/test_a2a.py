@@ -209,8 +209,9 @@ async def test_a_frontend_tool_asks_for_input_and_a_follow_up_answers_it(
         "description": "Let the user pick an option.",
     }
     waiting = await client.get_task(a2a.GetTaskRequest(id=task_id))
-    # A live run's task comes from its chat's records: working, the question not yet among them.
-    assert waiting.status.state == a2a.TaskState.TASK_STATE_WORKING
+    # A live run's task is folded from its events so far: it waits for the pick.
+    assert waiting.status.state == a2a.TaskState.TASK_STATE_INPUT_REQUIRED
+    assert as_dict(waiting.status.message) == as_dict(question)
     assert [m.message_id for m in waiting.history] == ["m-1"]
 
     answer = user_message(data({"choice": "a"}), task_id=task_id, message_id="ans-1")

@@ -150,6 +150,38 @@ AGENT_MODE_PLAN_EXECUTE: AgentMode.ValueType  # 3
 """Plan tasks, execute each, optionally summarize."""
 Global___AgentMode: _TypeAlias = AgentMode  # noqa: Y015
 
+class _WaitKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WaitKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WaitKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WAIT_KIND_UNSPECIFIED: _WaitKind.ValueType  # 0
+    """Not known."""
+    WAIT_KIND_FRONTEND_TOOL: _WaitKind.ValueType  # 1
+    """A frontend tool: the client renders it and submits its result."""
+    WAIT_KIND_QUESTION: _WaitKind.ValueType  # 2
+    """A question to the user (`question.ask`)."""
+    WAIT_KIND_PERMISSION: _WaitKind.ValueType  # 3
+    """A permission for a tool call (`permission.ask`)."""
+    WAIT_KIND_PLAN_APPROVAL: _WaitKind.ValueType  # 4
+    """The approval of a plan (`plan.approval`)."""
+
+class WaitKind(_WaitKind, metaclass=_WaitKindEnumTypeWrapper):
+    """What a run waits for."""
+
+WAIT_KIND_UNSPECIFIED: WaitKind.ValueType  # 0
+"""Not known."""
+WAIT_KIND_FRONTEND_TOOL: WaitKind.ValueType  # 1
+"""A frontend tool: the client renders it and submits its result."""
+WAIT_KIND_QUESTION: WaitKind.ValueType  # 2
+"""A question to the user (`question.ask`)."""
+WAIT_KIND_PERMISSION: WaitKind.ValueType  # 3
+"""A permission for a tool call (`permission.ask`)."""
+WAIT_KIND_PLAN_APPROVAL: WaitKind.ValueType  # 4
+"""The approval of a plan (`plan.approval`)."""
+Global___WaitKind: _TypeAlias = WaitKind  # noqa: Y015
+
 @_typing.final
 class QueryRequest(_message.Message):
     """Request of Query."""
@@ -663,6 +695,7 @@ class GetChatResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _builtins.int
     RAW_MESSAGES_FIELD_NUMBER: _builtins.int
     REFERENCES_FIELD_NUMBER: _builtins.int
+    LIVE_RUN_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
     """Id of the chat."""
     chat_name: _builtins.str
@@ -679,6 +712,12 @@ class GetChatResponse(_message.Message):
     def references(self) -> _containers.RepeatedCompositeFieldContainer[_events_pb2.Reference]:
         """Files and URLs referenced in the chat."""
 
+    @_builtins.property
+    def live_run(self) -> Global___LiveRun:
+        """The chat's run in progress, if any (unset when none): follow it with Attach after
+        `last_seq`, answer its waits with Submit.
+        """
+
     def __init__(
         self,
         *,
@@ -687,14 +726,85 @@ class GetChatResponse(_message.Message):
         events: _abc.Iterable[_events_pb2.Event] | None = ...,
         raw_messages: _abc.Iterable[_struct_pb2.Struct] | None = ...,
         references: _abc.Iterable[_events_pb2.Reference] | None = ...,
+        live_run: Global___LiveRun | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["live_run", b"live_run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "chat_name", b"chat_name", "events", b"events", "raw_messages", b"raw_messages", "references", b"references"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "chat_name", b"chat_name", "events", b"events", "live_run", b"live_run", "raw_messages", b"raw_messages", "references", b"references"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetChatResponse: _TypeAlias = GetChatResponse  # noqa: Y015
+
+@_typing.final
+class LiveRun(_message.Message):
+    """A chat's run in progress, as any replica sees it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    WAITS_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """Id of the run (Attach, Submit and Cancel take it)."""
+    agent_key: _builtins.str
+    """Agent the run executes."""
+    last_seq: _builtins.int
+    """Seq of the run's last event so far (0 before its first)."""
+    @_builtins.property
+    def waits(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingWait]:
+        """What the run waits for right now, in the order the waits opened."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        agent_key: _builtins.str = ...,
+        last_seq: _builtins.int = ...,
+        waits: _abc.Iterable[Global___PendingWait] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "last_seq", b"last_seq", "run_id", b"run_id", "waits", b"waits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveRun: _TypeAlias = LiveRun  # noqa: Y015
+
+@_typing.final
+class PendingWait(_message.Message):
+    """Something a live run waits for: the user's answer, delivered with Submit."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """The id Submit answers: the frontend tool call's id, or the question's, the
+    permission's or the plan approval's id.
+    """
+    kind: Global___WaitKind.ValueType
+    """What waits."""
+    tool_name: _builtins.str
+    """Name of the tool waiting (for a permission, the tool asking it; "question" and
+    "plan approval" for those).
+    """
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        kind: Global___WaitKind.ValueType = ...,
+        tool_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "tool_id", b"tool_id", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingWait: _TypeAlias = PendingWait  # noqa: Y015
 
 @_typing.final
 class UploadRequest(_message.Message):

@@ -257,7 +257,7 @@ class ToolExecutor:
             return ACTION_RESULT
         if definition.kind == "frontend":
             try:
-                return await self.bus.wait(self.out, call.id, call.name)
+                return await self.bus.wait(self.out, call.id, call.name, kind="frontend_tool")
             except WaitTimedOut as timed_out:
                 raise ToolError(
                     f"the user did not answer '{call.name}' within {timed_out.timeout_s:g} s"

@@ -48,7 +48,10 @@ async def check(out: Emitter, bus: RunBus, call: ToolCall, permission: str) -> N
         )
     )
     try:
-        granted, reason = allowed(await bus.wait(out, permission_id, call.name)), "user"
+        granted, reason = (
+            allowed(await bus.wait(out, permission_id, call.name, kind="permission")),
+            "user",
+        )
     except WaitTimedOut:
         granted, reason = False, "timeout"
     out.emit(

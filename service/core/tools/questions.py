@@ -58,7 +58,7 @@ async def ask(
         )
     )
     try:
-        answer = await bus.wait(out, question_id, "question")
+        answer = await bus.wait(out, question_id, "question", kind="question")
     except WaitTimedOut as timed_out:
         out.emit(events.make("question_answer", question_id=question_id, timed_out=True))
         raise ToolError(f"the user did not answer within {timed_out.timeout_s:g} s") from None

@@ -66,6 +66,8 @@ _JSON_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
 _VERSIONS = re.compile(r"(?:1\.0|0\.3)(?:\.\d+)?")
 #: How long tasks/cancel waits for the cancelled run's last event.
 CANCEL_WAIT_S = 10.0
+#: How long tasks/get waits for the events opening the waits a live run names.
+LIVE_SETTLE_S = 2.0
 
 
 class A2AEndpoint:
@@ -327,17 +329,25 @@ class A2AEndpoint:
         return turn.fold.task()
 
     async def _get(self, task_id: str, metadata: Metadata) -> dict[str, Any]:
-        """The task from its chat's history (GetChat), found by its run (Attach)."""
+        """The task, found by its run (Attach): a run in progress (its chat's `liveRun`)
+        folded from its events so far, what it waits for right now input-required; an
+        ended one from its chat's history (GetChat)."""
         attach = self.stub.Attach(gw.AttachRequest(run_id=task_id), metadata=metadata)
         try:
             first = await attach.read()
+            if not isinstance(first, pb.Event):
+                raise RpcError(jsonrpc.TASK_NOT_FOUND, f"no task {shown(task_id)!r}")
+            chat = await self.stub.GetChat(
+                gw.GetChatRequest(chat_id=first.chat_id), metadata=metadata
+            )
+            fold = TaskFold()
+            fold.apply(first)
+            live = chat.live_run
+            if chat.HasField("live_run") and live.run_id == task_id:
+                await _fold_live(attach, fold, first.seq, live)
+                return fold.task()
         finally:
             attach.cancel()
-        if not isinstance(first, pb.Event):
-            raise RpcError(jsonrpc.TASK_NOT_FOUND, f"no task {shown(task_id)!r}")
-        chat = await self.stub.GetChat(gw.GetChatRequest(chat_id=first.chat_id), metadata=metadata)
-        fold = TaskFold()
-        fold.apply(first)
         for event in chat.events:
             if event.run_id == task_id and event.WhichOneof("payload") != "request_query":
                 fold.apply(event)
@@ -363,6 +373,26 @@ class A2AEndpoint:
         finally:
             attach.cancel()
         return fold.task()
+
+
+async def _fold_live(attach: Any, fold: TaskFold, seq: int, live: gw.LiveRun) -> None:
+    """Fold the live run's events after `seq` up to its last one so far (`live.last_seq`),
+    and on until they have opened the waits `live` names (a replica's copy of the stream
+    may trail its waits), for at most `LIVE_SETTLE_S`: a wait open leaves the task
+    input-required."""
+    missing = {wait.tool_id for wait in live.waits}
+    try:
+        async with asyncio.timeout(LIVE_SETTLE_S):
+            while seq < live.last_seq or (missing and not fold.done):
+                event = await attach.read()
+                if not isinstance(event, pb.Event):
+                    break
+                if event.seq:  # not a heartbeat
+                    seq = event.seq
+                    fold.apply(event)
+                    missing -= fold.waits.keys()
+    except TimeoutError:
+        log.warning("A2A: run %s showed its waits late; its task is read as it stands", live.run_id)
 
 
 def _task_id(params: dict[str, Any]) -> str:

@@ -3,6 +3,9 @@
 
 import { ApiError, call, stream } from './api.js';
 import { h } from './dom.js';
+import {
+  follow, liveRunOf, liveStatus, rememberChat, rememberedChat, settledEvents,
+} from './live.js';
 import { ChatView } from './render.js';
 import { ScrollFollower } from './scroll.js';
 
@@ -151,12 +154,14 @@ async function openChat(chatId, agentKey = '') {
   if (state.run && !state.run.ended) return;
   try {
     const data = await call('/api/chat', { query: { chatId } });
+    const live = liveRunOf(data);
     state.chatId = chatId;
+    rememberChat(chatId);
     view.clear();
     $('chat-title').textContent = data.chatName || chatId;
     view.replaying = true;
     try {
-      for (const ev of data.events || []) view.handle(ev);
+      for (const ev of settledEvents(data, live)) view.handle(ev);
     } finally {
       view.replaying = false;
     }
@@ -168,14 +173,40 @@ async function openChat(chatId, agentKey = '') {
     else setStatus(`${(data.events || []).length} events replayed`);
     setMenu(false);
     loadChats();
+    if (live) rejoin(live);
   } catch (error) {
     setStatus(`cannot open chat: ${error.message}`);
+  }
+}
+
+/** Follows the opened chat's run in progress as if this page had started it (live.js). */
+async function rejoin(live) {
+  const run = { runId: live.runId, lastSeq: 0, ended: false, abort: new AbortController() };
+  state.run = run;
+  setBusy(true);
+  setStatus(liveStatus(live));
+  try {
+    await follow(live, view, { signal: run.abort.signal }, (m) => onEvent(run, m));
+    await resume(run);
+  } catch (error) {
+    if (error.name !== 'AbortError') {
+      try {
+        await resume(run, error);
+      } catch (final) {
+        setStatus(`error: ${final.message}`);
+      }
+    }
+  } finally {
+    run.ended = true;
+    setBusy(false);
+    loadChats();
   }
 }
 
 function newChat() {
   if (state.run && !state.run.ended) return;
   state.chatId = '';
+  rememberChat('');
   view.clear();
   $('chat-title').textContent = 'New chat';
   follower.toLatest();
@@ -195,7 +226,10 @@ function onEvent(run, message) {
   if (ev.seq && ev.seq <= run.lastSeq) return; // already seen (after a resume)
   if (ev.seq) run.lastSeq = ev.seq;
   if (!run.runId && ev.runId) run.runId = ev.runId;
-  if (ev.chatId) state.chatId = ev.chatId;
+  if (ev.chatId && ev.chatId !== state.chatId) {
+    state.chatId = ev.chatId;
+    rememberChat(ev.chatId);
+  }
   view.handle(ev);
   if (ev.type === 'chat.start') { // a new chat: listed at once, not after its first run
     state.newChat = {
@@ -325,4 +359,7 @@ $('scrim').addEventListener('click', () => setMenu(false));
 
 setBusy(false);
 setMenu(false);
-loadAgents();
+loadAgents().then(() => {
+  const chatId = rememberedChat(); // a reload reopens the chat it showed (and its live run)
+  if (chatId) openChat(chatId);
+});

@@ -162,7 +162,7 @@ async def approve(ctx: RunContext, plan: Plan) -> bool:
         )
     )
     try:
-        return allowed(await bus.wait(ctx.out, approval_id, "plan approval"))
+        return allowed(await bus.wait(ctx.out, approval_id, "plan approval", kind="plan_approval"))
     except WaitTimedOut:
         return False
 
