@@ -9,7 +9,8 @@ A heartbeat is not part of the run: it is never appended to the run's log, so
 its `seq` is 0 and it carries only the envelope (type, timestamp, run and chat
 ids). Attach and GetChat never replay one, and a client resuming with
 `after_seq` keeps the `seq` of the last run event it saw. Writes of the relay
-and of the heartbeat never overlap (a lock, uncontended but at a silence).
+and of the heartbeat never overlap; the relay's writes take no lock unless a
+heartbeat is being sent.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ def heartbeat(run_id: str, chat_id: str) -> pb.Event:
 
 
 class StreamWriter:
-    """Writes a run's events to one gRPC stream, and heartbeats when it falls silent."""
+    """Writes a run's events to one gRPC stream, and heartbeats when it falls silent.
+
+    On the per-event path a write takes no lock: `_writing` tells the heartbeat a write
+    is in flight (the stream is not silent), and only a write arriving while a heartbeat
+    is being sent waits for it (`_beating`), so that two writes never overlap.
+    """
 
     def __init__(
         self, context: Context, interval_s: float, *, run_id: str = "", chat_id: str = ""
@@ -46,14 +52,25 @@ class StreamWriter:
         self.run_id = run_id
         self.chat_id = chat_id
         self.heartbeats = 0
-        self._lock = asyncio.Lock()
+        self._beating = asyncio.Lock()  # held while a heartbeat is being sent
+        self._writing = False  # an event's write is in flight
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
 
     async def write(self, event: pb.Event) -> None:
         """Send `event` (after a heartbeat being sent, if one is)."""
-        async with self._lock:
+        if self._beating.locked():
+            async with self._beating:
+                await self._send(event)
+        else:
+            await self._send(event)
+
+    async def _send(self, event: pb.Event) -> None:
+        self._writing = True
+        try:
             await self.context.write(event)
+        finally:
+            self._writing = False
         self._last = self._loop.time()
         if not self.chat_id:
             self.run_id, self.chat_id = event.run_id, event.chat_id
@@ -67,10 +84,12 @@ class StreamWriter:
                 if wait > 0:
                     await asyncio.sleep(wait)
                     continue
-                async with self._lock:
-                    if self._loop.time() - self._last >= self.interval_s:
-                        await self.context.write(heartbeat(self.run_id, self.chat_id))
-                        self.heartbeats += 1
+                if self._writing:  # a write is in flight: the stream is not silent
+                    self._last = self._loop.time()
+                    continue
+                async with self._beating:
+                    await self.context.write(heartbeat(self.run_id, self.chat_id))
+                    self.heartbeats += 1
                 self._last = self._loop.time()
         except asyncio.CancelledError:
             raise
