@@ -65,13 +65,10 @@ class StreamWriter:
 
     async def write(self, event: pb.Event) -> None:
         """Send `event` (after a heartbeat being sent, if one is)."""
-        if self._beating.locked():
+        if self._beating.locked():  # a heartbeat is being sent: wait for it to end; no
+            # other one can start before this write does (nothing suspends in between)
             async with self._beating:
-                await self._send(event)
-        else:
-            await self._send(event)
-
-    async def _send(self, event: pb.Event) -> None:
+                pass
         self._writing = True
         try:
             await self.context.write(event)
