@@ -44,6 +44,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -652,8 +653,23 @@ class AgentDefinition(_Strict):
     def has_stage(self, name: StageName) -> bool:
         return self._stage_config(name) is not None
 
+    @cached_property
+    def _resolved_stages(self) -> dict[StageName, ResolvedStage]:
+        """The stages resolved so far (the definition is frozen: each is resolved once)."""
+        return {}
+
     def stage(self, name: StageName) -> ResolvedStage:
-        """The config stage `name` runs with; LookupError when the file has no such stage."""
+        """The config stage `name` runs with; LookupError when the file has no such stage.
+
+        Resolved once per stage (a run asks for its stages several times on its way to
+        the model request); `ResolvedStage` is frozen.
+        """
+        resolved = self._resolved_stages.get(name)
+        if resolved is None:
+            resolved = self._resolved_stages[name] = self._resolve_stage(name)
+        return resolved
+
+    def _resolve_stage(self, name: StageName) -> ResolvedStage:
         config = self._stage_config(name)
         if config is None:
             raise LookupError(f"agent {self.key!r} has no {_STAGE_PATHS[name]!r} stage")

@@ -14,8 +14,8 @@ Durability and crash safety:
   and skipped, never fatal. Old field names are read: `planSnapshot` → `plan`,
   and a plan's `plan` list → `tasks`.
 - One process writes a directory; appends to one chat are serialised. A line is
-  appended from the event loop (page-cache writes take microseconds); fsyncs and
-  reads run in a worker thread.
+  appended from the event loop (page-cache writes take microseconds); a chat's
+  first append (which creates the file), fsyncs and reads run in a worker thread.
 """
 
 from __future__ import annotations
@@ -99,10 +99,13 @@ class JsonlChatStore:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         data = b"".join(encode_record(r) for r in records)
         # Appending a line to a local file takes microseconds (the page cache): it is done
-        # in the loop, which also keeps appends in call order. fsync goes to a thread.
+        # in the loop, which also keeps appends in call order. fsync goes to a thread, and
+        # so does a chat's first append, which creates the file: allocating an inode can take
+        # the file system a millisecond, while the run's first events and its model request
+        # wait for the loop.
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
         async with lock:  # not while an fsync of the chat is running
-            if self.fsync == "always":
+            if self.fsync == "always" or chat_id not in self._checked:
                 await asyncio.to_thread(self._write, chat_id, path, data)
             else:
                 self._write(chat_id, path, data)

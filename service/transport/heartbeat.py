@@ -9,7 +9,8 @@ A heartbeat is not part of the run: it is never appended to the run's log, so
 its `seq` is 0 and it carries only the envelope (type, timestamp, run and chat
 ids). Attach and GetChat never replay one, and a client resuming with
 `after_seq` keeps the `seq` of the last run event it saw. Writes of the relay
-and of the heartbeat never overlap (a lock, uncontended but at a silence).
+and of the heartbeat never overlap; the relay's writes take no lock unless a
+heartbeat is being sent.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ def heartbeat(run_id: str, chat_id: str) -> pb.Event:
 
 
 class StreamWriter:
-    """Writes a run's events to one gRPC stream, and heartbeats when it falls silent."""
+    """Writes a run's events to one gRPC stream, and heartbeats when it falls silent.
+
+    The heartbeat is a timer, not a task: `start` arms it, and when it fires after
+    `interval_s` of silence it sends one heartbeat (in a short task) and re-arms, so a
+    stream that never falls silent costs no task and no wake-up at its end. On the
+    per-event path a write takes no lock: `_writing` tells the timer a write is in
+    flight (the stream is not silent), and only a write arriving while a heartbeat is
+    being sent waits for it (`_beating`), so that two writes never overlap.
+    """
 
     def __init__(
         self, context: Context, interval_s: float, *, run_id: str = "", chat_id: str = ""
@@ -46,33 +55,74 @@ class StreamWriter:
         self.run_id = run_id
         self.chat_id = chat_id
         self.heartbeats = 0
-        self._lock = asyncio.Lock()
+        self._beating = asyncio.Lock()  # held while a heartbeat is being sent
+        self._writing = False  # an event's write is in flight
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._beat: asyncio.Task[None] | None = None
+        self._stopped = False
 
     async def write(self, event: pb.Event) -> None:
         """Send `event` (after a heartbeat being sent, if one is)."""
-        async with self._lock:
+        if self._beating.locked():  # a heartbeat is being sent: wait for it to end; no
+            # other one can start before this write does (nothing suspends in between)
+            async with self._beating:
+                pass
+        self._writing = True
+        try:
             await self.context.write(event)
+        finally:
+            self._writing = False
         self._last = self._loop.time()
         if not self.chat_id:
             self.run_id, self.chat_id = event.run_id, event.chat_id
 
-    async def beat(self) -> None:
-        """Send a heartbeat after each `interval_s` of silence, until cancelled or the
-        stream fails (the relay then sees the failure too)."""
+    def start(self) -> None:
+        """Send a heartbeat after each `interval_s` of silence (0: never), until `stop`."""
+        if self.interval_s > 0:
+            self._arm(self.interval_s)
+
+    async def stop(self) -> None:
+        """No more heartbeats; waits for one being sent."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        beat = self._beat
+        if beat is not None:
+            beat.cancel()
+            await asyncio.wait({beat})
+
+    def _arm(self, delay: float) -> None:
+        self._timer = self._loop.call_later(delay, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._stopped:
+            return
+        wait = self._last + self.interval_s - self._loop.time()
+        if self._writing:  # a write is in flight: the stream is not silent
+            self._last = self._loop.time()
+            self._arm(self.interval_s)
+        elif wait > 0:
+            self._arm(wait)
+        else:
+            self._beat = self._loop.create_task(self._send_heartbeat())
+
+    async def _send_heartbeat(self) -> None:
+        """One heartbeat, then the timer again — unless the stream failed (the client
+        went away: nothing more to keep alive; the relay sees the failure too)."""
         try:
-            while True:
-                wait = self._last + self.interval_s - self._loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                    continue
-                async with self._lock:
-                    if self._loop.time() - self._last >= self.interval_s:
-                        await self.context.write(heartbeat(self.run_id, self.chat_id))
-                        self.heartbeats += 1
-                self._last = self._loop.time()
+            async with self._beating:
+                await self.context.write(heartbeat(self.run_id, self.chat_id))
+                self.heartbeats += 1
         except asyncio.CancelledError:
             raise
-        except Exception:  # the client went away: nothing more to keep alive
+        except Exception:
             return
+        finally:
+            self._beat = None
+        self._last = self._loop.time()
+        if not self._stopped:
+            self._arm(self.interval_s)

@@ -109,7 +109,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         labels = {"rpc.method": method}
         active_streams.add(1, labels)
         context = writer.context
-        beat = asyncio.create_task(writer.beat()) if self.heartbeat_s > 0 else None
+        writer.start()
         try:
             async with aclosing(events):
                 async for event in events:
@@ -121,9 +121,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 return  # the client went away in the middle of a write
             raise
         finally:
-            if beat is not None:
-                beat.cancel()
-                await asyncio.wait({beat})
+            await writer.stop()
             active_streams.add(-1, labels)
 
     @unary

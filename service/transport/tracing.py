@@ -14,11 +14,11 @@ SERVICE = "agw.v1.AgentGateway"
 
 def rpc_span(method: str, context: Any) -> AbstractContextManager[trace.Span]:
     """Start the RPC's span as the current span, child of the caller's `traceparent`."""
+    if not tracing():  # before reading the metadata: nothing to continue
+        return nullcontext(trace.INVALID_SPAN)
     carrier = {
         key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
     }
-    if not tracing():
-        return nullcontext(trace.INVALID_SPAN)
     return tracer.start_as_current_span(
         f"{SERVICE}/{method}",
         context=propagate.extract(carrier),
