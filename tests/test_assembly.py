@@ -87,6 +87,8 @@ async def test_the_app_opens_each_provider_with_its_options_and_the_log_switches
         default_provider="other",
         interaction_log_enabled=False,
         interaction_log_mask_sensitive=False,
+        grpc_address="127.0.0.1:0",  # never the default ports, which a running service may hold
+        http_enabled=False,
     )
     app = App(settings)
     try:

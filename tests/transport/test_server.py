@@ -102,6 +102,7 @@ async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess
         env={
             **os.environ,
             "AGW_GRPC_ADDRESS": "127.0.0.1:0",
+            "AGW_HTTP_ADDRESS": "127.0.0.1:0",
             "AGW_AGENTS_DIR": str(agents),
             "AGW_AGENTS_WATCH": "false",
             "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "gen"))),
