@@ -11,7 +11,7 @@ APT_PACKAGES := bubblewrap chromium postgresql redis-server
 .DEFAULT_GOAL := help
 
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ $(SYSTEM): Makefile | $(STAMP)
 
 install: $(STAMP) $(SYSTEM) $(NODE_MODULES) ## Create the virtualenv, install the project, the clients and the system packages
 
-run: install ## Start the service on embedded defaults (gRPC :50051, HTTP and page :8080)
+run: $(STAMP) ## Start the service on embedded defaults (gRPC :50051, HTTP and page :8080)
 	$(PY) -m service
 
 test: install ## Run the whole test suite (checks that gen/ is fresh first)

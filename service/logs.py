@@ -28,14 +28,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """A readable line; a run's trace id at its end when it has one (no trailing blank)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        trace_id = getattr(record, "trace_id", "")
+        return f"{line} {trace_id}" if trace_id else line
+
+
 def configure(level: str, fmt: str) -> None:
     handler = logging.StreamHandler()
     handler.addFilter(TraceIdFilter())  # runs' log lines carry their trace id
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        text = "%(asctime)s %(levelname)-7s %(name)s: %(message)s %(trace_id)s"
-        handler.setFormatter(logging.Formatter(text))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

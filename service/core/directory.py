@@ -78,6 +78,21 @@ class DirectoryChange:
         changed = change.added or change.updated or change.removed
         return change if changed or change.failed or change.cleared else None
 
+    def describe(self) -> str:
+        """The change for a log line: "added a, b; removed c" (only what happened)."""
+        parts = [
+            f"{what} {', '.join(names)}"
+            for what, names in (
+                ("added", self.added),
+                ("updated", self.updated),
+                ("removed", self.removed),
+                ("failed", self.failed),
+                ("fixed", self.cleared),
+            )
+            if names
+        ]
+        return "; ".join(parts) or "nothing"
+
 
 @dataclass(slots=True)
 class Combined(Generic[T]):
@@ -247,7 +262,9 @@ class DirectoryRegistry(Generic[T]):
         self._changed.set()
         self._changed = asyncio.Event()
         if change.added or change.updated or change.removed:
-            self.log.info("%ss reloaded (version %d): %s", self.loader.noun, self._version, change)
+            self.log.info(
+                "%ss reloaded (version %d): %s", self.loader.noun, self._version, change.describe()
+            )
         if self.on_change is not None:
             try:
                 self.on_change(change)

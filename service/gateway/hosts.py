@@ -84,7 +84,10 @@ class AllowedHosts:
         if host is None or self.allows(host):
             return await handler(request)
         log.info("HTTP %s refused: host %r is not allowed", request.method, shown(host))
-        message = f"host {shown(host)!r} is not served here (see the allowed hosts)"
+        message = (
+            f"host {shown(host)!r} is not served here: list it in AGW_HTTP_ALLOWED_HOSTS "
+            "(the standalone adapter: --allowed-host)"
+        )
         envelope = failure(grpc.StatusCode.INVALID_ARGUMENT, message)
         return web.Response(
             status=MISDIRECTED, body=orjson.dumps(envelope), content_type="application/json"

@@ -143,3 +143,12 @@ async def test_wait_for_version_and_the_real_watcher(tmp_path: Path) -> None:
     finally:
         stop.set()
         await asyncio.wait_for(watch, WAIT_S)
+
+
+def test_a_change_reads_plainly_in_the_log() -> None:
+    assert DirectoryChange(1, added=("a", "b")).describe() == "added a, b"
+    change = DirectoryChange(
+        3, updated=("a",), removed=("c",), failed=("d.json",), cleared=("a.json",)
+    )
+    assert change.describe() == "updated a; removed c; failed d.json; fixed a.json"
+    assert DirectoryChange(4).describe() == "nothing"

@@ -65,7 +65,13 @@ async def test_other_hosts_are_misdirected(
 ) -> None:
     for path in ("/api/agents", "/", "/static/app.js"):
         response = await adapter.http.get(path, headers={"Host": host})
-        refused(response, 421, 3, f"host {host!r} is not served here")
+        refused(
+            response,
+            421,
+            3,
+            f"host {host!r} is not served here: list it in AGW_HTTP_ALLOWED_HOSTS "
+            "(the standalone adapter: --allowed-host)",
+        )
     response = await adapter.http.post("/api/cancel", json={"runId": "r1"}, headers={"Host": host})
     assert response.status_code == 421
     assert scripted.requests == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -638,6 +639,35 @@ async def test_cancel_a_run_from_the_page(
     runs = list(gateway.app.frontdoor.runs.values())
     assert len({run.chat_id for run in runs}) == 1 and len(runs) == 2
     assert errors == []
+
+
+async def test_a_source_without_an_address_is_named_not_linked(
+    open_page: OpenPage, tmp_path: Path
+) -> None:
+    # The example MCP server runs as a local command: its source.snapshot has no url.
+    clock = {
+        "name": "clock",
+        "command": sys.executable,
+        "args": [str(ROOT / "examples" / "mcp" / "clock_server.py")],
+    }
+    async with Harness.start(
+        ROOT / "agents",
+        None,
+        tools_dir=ROOT / "tools",
+        data_dir=tmp_path / "data",
+        demo_delay_ms=0,
+        mcp_servers=[clock],
+    ) as harness:
+        page, errors = await open_page(harness.http_url)
+        await page.select_option("#agent", "demo_mcp")
+        await page.fill("#message", "What time is it in Paris?")
+        await page.click("#send")
+        await page.locator('.run[data-status="complete"]').wait_for()
+        sources = page.locator(".sources")
+        assert await sources.all_inner_texts() == ["clock"]
+        assert await sources.locator("a").count() == 0  # no link back to this page
+        assert await sources.locator(".source-name").inner_text() == "clock"
+        assert errors == []
 
 
 async def test_a_structured_question_in_the_browser(

@@ -13,6 +13,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
 from service.core.history import snapshot_form
@@ -149,3 +150,50 @@ async def test_interleaved_tasks_stream_attach_and_replay_exactly(tmp_path: Path
     assert [e.task_id for e in live[13:17]] == ["task_1", "task_1", "task_2", "task_2"]
     assert_invariants(live)
     assert not releases
+
+
+async def test_a_cancelled_plan_ends_its_running_task_canceled(tmp_path: Path) -> None:
+    never = gate()
+    plan = '{"tasks": [{"description": "Echo a"}, {"description": "Echo b"}]}'
+    responder = ByTask(
+        {
+            "": [call_turn(("p1", "_plan_add_tasks_", plan))],
+            "task_1": [[lb.content("Working"), never, *answer_turn("never sent")]],
+        }
+    )
+    definition = agent("PLAN_EXECUTE", toolConfig=tools("echo"))
+    async with (
+        LoopbackProvider(responder) as provider,
+        tool_gateway(tmp_path, provider, {"p": definition}, Probe()) as gateway,
+    ):
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="p", message="Echo a, then b"))
+        live: list = []
+        async for event in call:
+            live.append(event)
+            if event.type == "content.delta":
+                reply = await gateway.stub.Cancel(gw.CancelRequest(run_id=event.run_id))
+                assert reply.cancelled
+        await gateway.app.frontdoor.flush()
+        history = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=live[0].chat_id))
+
+    assert kinds(live) == [
+        "request.query",
+        "chat.start",
+        "run.start",
+        *CALL[:4],
+        "plan.create",
+        "tool.result",
+        "task.start",
+        "plan.update",
+        "content.start",
+        "content.delta",
+        "plan.update",  # the running task ends canceled, and the plan says so
+        "content.end",  # its open block is closed when the run ends
+        "run.cancel",
+    ]
+    assert [e.task_id for e in live[-5:]] == ["task_1"] * 4 + [""]
+    final = [(t.task_id, t.status) for t in live[-3].plan_update.plan.tasks]
+    assert final == [("task_1", pb.TASK_STATUS_CANCELED), ("task_2", pb.TASK_STATUS_INIT)]
+    assert live[-1].run_cancel.reason == "cancel"
+    assert comparable(history.events) == comparable(snapshot_form(live))
+    assert_invariants(live)

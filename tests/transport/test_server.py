@@ -155,3 +155,38 @@ async def test_sigterm_with_a_stream_in_flight_ends_it_cleanly(
             open_blocks.remove(getattr(getattr(event, field), BLOCK_ENDS[field]))
     assert not open_blocks
     assert any(e.type == "content.delta" for e in events)
+
+
+async def test_text_log_lines_read_plainly(tmp_path: Path) -> None:
+    """The service's own text log: reloads name what changed, and no line ends in a blank
+    (the trace id is only added inside a traced run)."""
+    process, port = await _start_service(tmp_path)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+            agents = await stub.ListAgents(gw.ListAgentsRequest())
+            assert [agent.key for agent in agents.agents] == ["slow"]
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.stderr is not None
+    lines = (await process.stderr.read()).decode().splitlines()
+    assert any(line.endswith("agents reloaded (version 1): added slow") for line in lines), lines
+    assert any(" agw.grpc: ListAgents from ipv4:127.0.0.1:" in line for line in lines), lines
+    assert [line for line in lines if line != line.rstrip()] == []
+
+
+def test_a_traced_log_line_ends_with_its_trace_id() -> None:
+    from service.logs import TextFormatter
+
+    record = logging.makeLogRecord({"name": "agw.runtime", "msg": "run ended", "levelname": "INFO"})
+    assert TextFormatter().format(record).endswith(" INFO    agw.runtime: run ended")
+    record.trace_id = "0af7651916cd43dd8448eb211c80319c"
+    assert (
+        TextFormatter()
+        .format(record)
+        .endswith(" agw.runtime: run ended 0af7651916cd43dd8448eb211c80319c")
+    )

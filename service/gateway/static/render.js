@@ -349,8 +349,13 @@ export class RunView {
     block?.el.append(h('div', { class: 'note' }, 'answered'));
   }
   on_source_snapshot(ev) {
-    this.place(ev).append(h('div', { class: 'sources' },
-      h('a', { href: ev.url || '#', target: '_blank', rel: 'noopener' }, ev.title || ev.url || 'source')));
+    // A source with no address (an MCP server run as a local command) is named, not
+    // linked: a link to '#' would open this page again in a new tab.
+    const name = ev.title || ev.url || 'source';
+    const label = ev.url
+      ? h('a', { href: ev.url, target: '_blank', rel: 'noopener' }, name)
+      : h('span', { class: 'source-name' }, name);
+    this.place(ev).append(h('div', { class: 'sources' }, label));
   }
   on_usage_update(ev) {
     const usage = ev.runUsage || {};

@@ -354,6 +354,7 @@ async def test_an_error_in_one_task_stops_the_others_and_ends_the_run(tmp_path: 
         "tool.end",
         "task.fail",
         "plan.update",
+        "plan.update",  # task_2, stopped with the run: canceled
         "tool.end",  # task_2's report, closed when the run ends
         "run.error",
     ]
@@ -361,12 +362,16 @@ async def test_an_error_in_one_task_stops_the_others_and_ends_the_run(tmp_path: 
         *["task_1"] * 2,
         *["task_2"] * 7,
         *["task_1"] * 4,
-        "task_2",
+        *["task_2"] * 2,
     ]
-    assert events[-4].task_fail.error.reason == "BUDGET_EXHAUSTED"
-    assert statuses(events[-3].plan_update.plan) == [
+    assert events[-5].task_fail.error.reason == "BUDGET_EXHAUSTED"
+    assert statuses(events[-4].plan_update.plan) == [
         ("task_1", "FAILED"),
         ("task_2", "IN_PROGRESS"),
+    ]
+    assert statuses(events[-3].plan_update.plan) == [
+        ("task_1", "FAILED"),
+        ("task_2", "CANCELED"),
     ]
     assert events[-1].run_error.error.metadata["budget"] == "maxToolCalls"
     assert all(call.closed for call in model.calls)
@@ -394,10 +399,16 @@ async def test_cancelling_the_run_cancels_every_running_task(tmp_path: Path) -> 
         "tool.args",
         "tool.start",
         "tool.args",
+        "plan.update",  # each running task ends canceled, and the plan says so
+        "plan.update",
         "tool.end",  # closed when the run ends
         "tool.end",
         "run.cancel",
     ]
-    assert [e.task_id for e in events[-3:]] == ["task_2", "task_1", ""]
+    assert [e.task_id for e in events[-5:]] == ["task_1", "task_2", "task_2", "task_1", ""]
+    assert statuses(events[-4].plan_update.plan) == [
+        ("task_1", "CANCELED"),
+        ("task_2", "CANCELED"),
+    ]
     assert [(c.finished, c.closed) for c in model.calls[1:]] == [(False, True), (False, True)]
     assert_invariants(events)

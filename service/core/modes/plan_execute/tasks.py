@@ -14,6 +14,7 @@ An error of the run (a budget, the provider) fails the task, then ends the run.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from service.core import events
@@ -62,8 +63,10 @@ async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
         _fail(ctx, plan, task, error.reason, error.message)
         raise
     except RunStopped:  # the user ended the run: the task ends with it, canceled
-        task.status, task.result = "canceled", "the user stopped the run"
-        ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+        _drop(ctx, plan, task, "the user stopped the run")
+        raise
+    except asyncio.CancelledError:  # the run was cancelled, or failed in another task
+        _drop(ctx, plan, task, "the run was stopped")
         raise
     if update is None:
         reason = f"the model did not report the task with {PLAN_UPDATE_TASK_TOOL}"
@@ -91,6 +94,12 @@ def brief(ctx: RunContext, plan: Plan, task: Task) -> str:
         f"When the task is done, call {PLAN_UPDATE_TASK_TOOL} with taskId "
         f'"{task.task_id}", status "completed" and its result (or "failed" and why).'
     )
+
+
+def _drop(ctx: RunContext, plan: Plan, task: Task, why: str) -> None:
+    """The run stops under the task: it ends canceled, and the plan says so."""
+    task.status, task.result = "canceled", why
+    ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
 
 
 def _fail(ctx: RunContext, plan: Plan, task: Task, reason: str, message: str) -> None:
