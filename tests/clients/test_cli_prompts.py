@@ -302,3 +302,30 @@ async def test_structured_questions_at_the_terminal() -> None:
         "choose by the number or the label of an option",
         "choose by the number or the label of an option",
     ]
+
+
+def test_a_tool_s_answer_schema_is_shown_and_shapes_the_answer() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"choice": {"type": "string"}},
+        "required": ["choice"],
+    }
+    call = ToolCall(
+        name="confirm_dialog",
+        type="html",
+        arguments='{"question": "Go?", "options": ["Yes", "No"]}',
+        answer_schema=schema,
+    )
+    assert frontend.describe(call)[-2:] == [
+        '  answer: {"choice": string}',
+        '  answer with an option\'s number, JSON ({"key": "value"}, 42, true) or plain text',
+    ]
+    options = frontend.options_of(frontend.arguments_of(call))
+    answers = [frontend.answer_of(text, options, schema) for text in ("1", "Maybe", "7")]
+    assert answers == [{"choice": "Yes"}, {"choice": "Maybe"}, {"choice": 7}]
+    # An object typed in full is sent as it is; a schema of several fields wraps nothing.
+    assert frontend.answer_of('{"choice": "No"}', options, schema) == {"choice": "No"}
+    two = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
+    assert frontend.answer_of("x", [], two) == "x"
+    assert frontend.shape_of(two) == '{"a": string, "b": integer}'
+    assert frontend.shape_of({"type": "array", "items": {"enum": ["x", 1]}}) == '["x" | 1]'

@@ -10,6 +10,11 @@ how to answer:
 * text that is JSON is sent as that JSON value (`{"choice": "Yes"}`, `42`, `true`);
   integers stay integers;
 * anything else is sent as the text itself.
+
+When the tool declares the JSON Schema of its answer (`answerSchema`), the prompt shows
+its shape, and an answer that is not an object, given to a tool expecting an object
+with one field (`{"choice": string}`), becomes that field's value — so `1` or `Yes`
+sends `{"choice": "Yes"}`, as the tool's page view would.
 """
 
 from __future__ import annotations
@@ -75,16 +80,54 @@ def describe(call: ToolCall) -> list[str]:
         params = json.dumps(call.params, ensure_ascii=False, sort_keys=True) if call.params else ""
         lines.append(f"  view: {call.api} {params}".rstrip())
     pick = "an option's number, " if options else ""
+    if call.answer_schema:
+        lines.append(f"  answer: {shape_of(call.answer_schema)}")
     lines.append(f'  answer with {pick}JSON ({{"key": "value"}}, 42, true) or plain text')
     return lines
 
 
-def answer_of(text: str, options: list[Any]) -> Any:
-    """The payload for the typed `text`: a picked option, a JSON value, or the text."""
+def answer_of(text: str, options: list[Any], schema: dict[str, Any] | None = None) -> Any:
+    """The payload for the typed `text`: a picked option, a JSON value, or the text —
+    put in the one field of an object `schema` when it is not an object itself."""
     choice = text.strip()
     if options and choice.isdigit() and 1 <= int(choice) <= len(options):
-        return options[int(choice) - 1]
-    return parse_answer(text)
+        value = options[int(choice) - 1]
+    else:
+        value = parse_answer(text)
+    field_name = _single_field(schema or {})
+    if field_name and not isinstance(value, dict):
+        return {field_name: value}
+    return value
+
+
+def shape_of(schema: dict[str, Any]) -> str:
+    """A one-line picture of a JSON Schema: `{"choice": string}`, `integer`, `[string]`."""
+    kind = schema.get("type")
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
+    if kind == "object":
+        properties = schema.get("properties")
+        if not isinstance(properties, dict) or not properties:
+            return "object"
+        fields = ", ".join(
+            f"{json.dumps(name)}: {shape_of(sub) if isinstance(sub, dict) else 'any'}"
+            for name, sub in properties.items()
+        )
+        return "{" + fields + "}"
+    if kind == "array":
+        items = schema.get("items")
+        return f"[{shape_of(items) if isinstance(items, dict) else 'any'}]"
+    return kind if isinstance(kind, str) else "any"
+
+
+def _single_field(schema: dict[str, Any]) -> str:
+    """The name of the only field of an object schema, or ""."""
+    properties = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(properties, dict):
+        return ""
+    required = schema.get("required")
+    names = required if isinstance(required, list) and len(required) == 1 else list(properties)
+    return str(names[0]) if len(names) == 1 else ""
 
 
 def _plain(value: Any) -> bool:

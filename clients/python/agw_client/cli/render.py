@@ -39,6 +39,8 @@ class ToolCall:
     #: The view's address, and the tool definition's static parameters.
     api: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    #: A frontend tool's answer: its JSON Schema, when the tool declares one.
+    answer_schema: dict[str, Any] = field(default_factory=dict)
 
 
 def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
@@ -169,7 +171,13 @@ class Renderer:
 
     def _on_tool_start(self, p: pb.ToolStart) -> None:
         self._tools[p.tool_id] = ToolCall(
-            p.tool_name, p.tool_type, "", p.description, p.tool_api, struct_dict(p.tool_params)
+            p.tool_name,
+            p.tool_type,
+            "",
+            p.description,
+            p.tool_api,
+            struct_dict(p.tool_params),
+            struct_dict(p.answer_schema),
         )
 
     def _on_tool_args(self, p: pb.ToolArgs) -> None:

@@ -256,7 +256,8 @@ class Session:
             self.renderer.line(line)
         while (text := self.prompter.ask("your answer: ")) is not None:
             if text.strip():
-                return frontend.answer_of(text, frontend.options_of(frontend.arguments_of(call)))
+                options = frontend.options_of(frontend.arguments_of(call))
+                return frontend.answer_of(text, options, call.answer_schema)
         return None
 
     def _question(self, ask: pb.QuestionAsk) -> Any:
