@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     settings = Settings()
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.worker_name)
     if settings.worker_count > 1:
         supervised = workers.supervise_service(settings, args.port_file)
         sys.exit(eventloop.run(supervised, settings.event_loop))

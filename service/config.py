@@ -128,6 +128,8 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=0)
     # Bind the gRPC and HTTP ports with SO_REUSEPORT (the supervisor sets it for its workers).
     reuse_port: bool = False
+    # The name a supervisor gives its worker (w0, w1, w0.1 once restarted): tags its log lines.
+    worker_name: str = ""
 
     # Network
     grpc_address: str = "127.0.0.1:50051"

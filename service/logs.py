@@ -1,4 +1,10 @@
-"""Logging set-up: readable text or one JSON object per line."""
+"""Logging set-up: readable text or one JSON object per line.
+
+A worker of a supervisor (`AGW_WORKERS` > 1, README "Workers") tags every line
+with its name (`w0`, `w1`, `w0.1` once restarted): `[w0]` before the logger in
+the text format, a `worker` field in the JSON format. The supervisor's own lines
+carry no tag.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,11 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record, with the record's `extra` fields."""
+    """One JSON object per record, with the record's `extra` fields (and `worker`)."""
+
+    def __init__(self, worker: str = "") -> None:
+        super().__init__()
+        self.worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -22,6 +32,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self.worker:
+            entry["worker"] = self.worker
         entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -29,10 +41,12 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """A readable line; a run's trace id at its end when it has one (no trailing blank)."""
+    """A readable line, `[worker]` before the logger when it has one; a run's trace id at
+    its end when it has one (no trailing blank)."""
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    def __init__(self, worker: str = "") -> None:
+        tag = f"[{worker}] " if worker else ""
+        super().__init__(f"%(asctime)s %(levelname)-7s {tag}%(name)s: %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
@@ -40,13 +54,14 @@ class TextFormatter(logging.Formatter):
         return f"{line} {trace_id}" if trace_id else line
 
 
-def configure(level: str, fmt: str) -> None:
+def configure(level: str, fmt: str, worker: str = "") -> None:
+    """Log to stderr at `level` in `fmt`; `worker` (a supervisor's worker) tags each line."""
     handler = logging.StreamHandler()
     handler.addFilter(TraceIdFilter())  # runs' log lines carry their trace id
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(worker))
     else:
-        handler.setFormatter(TextFormatter())
+        handler.setFormatter(TextFormatter(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -14,6 +14,9 @@ start-up, or `MAX_START_FAILURES` times in a row later, stops everything: the
 supervisor's exit code is then 1. Each worker dies with the supervisor
 (`PR_SET_PDEATHSIG`: SIGTERM, so it still drains), never left behind.
 
+Each worker gets its name in `AGW_WORKER_NAME` (`worker_name`: `w0`, `w1`, `w0.1`
+once slot 0 was restarted), which tags every line it logs (`service.logs`).
+
 Ports are shared with SO_REUSEPORT, so the kernel spreads new connections over the
 listening workers; `reserve_port` gives a free one for an address of port 0 and
 holds it (bound, never listening, so it takes no connection) for the supervisor's life.
@@ -81,6 +84,11 @@ def reserve_port(address: str) -> tuple[str, socket.socket | None]:
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     holder.bind((bare, 0))
     return f"{host}:{holder.getsockname()[1]}", holder
+
+
+def worker_name(index: int, generation: int) -> str:
+    """The name tagging the log lines of slot `index`'s worker of `generation` (0: the first)."""
+    return f"w{index}" if generation == 0 else f"w{index}.{generation}"
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
@@ -206,6 +214,7 @@ class Supervisor:
     async def _start(self, slot: _Slot) -> asyncio.subprocess.Process:
         """Start the slot's next generation and wait until it listens (or stopping)."""
         spec = self.spec(slot.index, slot.generation)
+        env = {**spec.env, "AGW_WORKER_NAME": worker_name(slot.index, slot.generation)}
         slot.generation += 1
         read_fd, write_fd = os.pipe()
         try:
@@ -213,7 +222,7 @@ class Supervisor:
                 *spec.argv,
                 "--ready-fd",
                 str(write_fd),
-                env=spec.env,
+                env=env,
                 pass_fds=(write_fd,),
                 preexec_fn=_die_with_parent,
             )

@@ -52,7 +52,7 @@ from typing import Any
 from service.builtins.workspace import Usage, Workspace
 from service.core.errors import SandboxUnavailable
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agw.tools.bash")
 
 SANDBOX_UID = 65534
 """The uid and gid the command runs as inside the sandbox."""

@@ -31,7 +31,7 @@ from service.core.directory import (
 from service.core.errors import AgentNotFound
 from service.core.ids import shorten
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agw.agents")
 
 
 #: What one effective change did: agent keys added/updated/removed, files failed/fixed.

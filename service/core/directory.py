@@ -36,7 +36,7 @@ from typing import Generic, Protocol, TypeVar
 
 from watchfiles import Change, awatch
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agw.directory")
 
 T = TypeVar("T")
 

@@ -610,8 +610,8 @@ def _log_run_end(run: RunState, mode: str) -> None:
     }
     log.info(
         "run %(run_id)s ended: %(outcome)s (%(reason)s); chat %(chat_id)s, agent %(agent)s, "
-        "%(mode)s, %(duration_ms).1f ms, %(model_calls)d model calls, "
+        "%(mode)s, %(duration_ms).1f ms, %(model_calls)d model call%(calls_s)s, "
         "%(tokens_in)d tokens in, %(tokens_out)d out",
-        fields,
+        {**fields, "calls_s": "" if fields["model_calls"] == 1 else "s"},
         extra=fields,
     )

@@ -46,7 +46,7 @@ from service.core.directory import (
     first_wins,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agw.skills")
 
 SKILL_FILE = "SKILL.md"
 SKILLS_HEADING = "## Skills"

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     count = _worker_count(parser, args.workers)
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.worker_name)
     allowed_hosts = args.allowed_hosts or settings.http_allowed_hosts
     if count > 1:
         code = workers.supervise_gateway(count, args.grpc_target, args.address, allowed_hosts)

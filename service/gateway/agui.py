@@ -108,7 +108,7 @@ class AgUiEndpoint:
             message = "Content-Type must be application/json"
             return _envelope(failure(grpc.StatusCode.INVALID_ARGUMENT, message), 415)
         run_input = parse_input(await request.read())
-        metadata = metadata_of(request.headers)
+        metadata = metadata_of(request)
         try:
             opened = await self._open(request, run_input, metadata)
         except grpc.aio.AioRpcError as error:  # refused before the run's stream began

@@ -8,6 +8,12 @@ gRPC reserves (`grpc-*`, and the HTTP/2 headers it sets itself); a value is
 printable ASCII, except under a key ending in `-bin`, whose value is base64
 (standard or URL-safe, padding optional) and is passed on as the bytes it
 encodes. A header that breaks these rules raises `BadRequest`.
+
+The HTTP client's address goes along as `x-forwarded-for` (`CLIENT_KEY`): the
+service logs it as the call's peer when the call comes over the adapter's
+private unix socket (`AGW_WORKERS`), where the transport's own peer says
+nothing. The adapter sets it alone: a `Grpc-Metadata-X-Forwarded-For` header
+is dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import base64
 import binascii
 import re
 
-from multidict import CIMultiDictProxy
+from aiohttp import web
 
 from service.gateway.status import shown
 from service.gateway.transcode import BadRequest
@@ -24,6 +30,8 @@ from service.gateway.transcode import BadRequest
 #: HTTP headers passed to the service as gRPC metadata (besides `Grpc-Metadata-*`).
 FORWARDED_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
 PREFIX = "grpc-metadata-"
+#: The metadata key carrying the HTTP client's address.
+CLIENT_KEY = "x-forwarded-for"
 #: Keys gRPC sets itself; `grpc-*` is reserved as a whole.
 RESERVED_KEYS = frozenset(
     {"content-type", "te", "user-agent", "host", "connection", "keep-alive", "transfer-encoding"}
@@ -35,10 +43,11 @@ _PRINTABLE = re.compile(r"[\x20-\x7e]*")
 Metadata = tuple[tuple[str, str | bytes], ...]
 
 
-def metadata_of(headers: CIMultiDictProxy[str]) -> Metadata:
-    """The gRPC metadata the request's headers carry (see the module's rules)."""
+def metadata_of(request: web.BaseRequest) -> Metadata:
+    """The gRPC metadata of the request's call: what its headers carry (see the module's
+    rules), and the client's address."""
     out: list[tuple[str, str | bytes]] = []
-    for name, value in headers.items():
+    for name, value in request.headers.items():
         lowered = name.lower()
         if lowered.startswith(PREFIX):
             key = lowered.removeprefix(PREFIX)
@@ -46,7 +55,10 @@ def metadata_of(headers: CIMultiDictProxy[str]) -> Metadata:
             key = lowered
         else:
             continue
-        out.append((key, _checked(name, key, value)))
+        if key != CLIENT_KEY:
+            out.append((key, _checked(name, key, value)))
+    if request.remote:
+        out.append((CLIENT_KEY, request.remote))
     return tuple(out)
 
 

@@ -180,7 +180,7 @@ class HttpGateway:
                 message = await _decode(route, request)
                 if resume:
                     _resume(message, request.headers.get("Last-Event-ID"))
-                call = stream_call(message, metadata=metadata_of(request.headers))
+                call = stream_call(message, metadata=metadata_of(request))
                 stream = EventStream(
                     request,
                     call,
@@ -201,7 +201,7 @@ class HttpGateway:
         async def unary(request: web.Request) -> web.StreamResponse:
             message = await _decode(route, request)
             try:
-                response = await unary_call(message, metadata=metadata_of(request.headers))
+                response = await unary_call(message, metadata=metadata_of(request))
             except grpc.aio.AioRpcError as error:
                 status, envelope = rpc_failure(error)
                 return _json(envelope, status)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, TypeAlias
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agw.loopback")
 
 
 class _Marker:

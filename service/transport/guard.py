@@ -10,7 +10,11 @@
 - makes the caller's principal available to the handler (`principal()`);
 - logs one INFO line per call when it ends: the method, the peer, the status
   code, the duration and, for streams, the number of events sent. Nothing the
-  caller sent (messages, credentials) is in it.
+  caller sent (messages, credentials) is in it. A call over a unix socket (the
+  HTTP adapter of a worker, `AGW_WORKERS`, calls its own service so) is logged
+  with the HTTP client's address the adapter passes in `x-forwarded-for`
+  instead of the socket's empty peer; over TCP the peer is always the
+  connection's, whatever the metadata says.
 
 Health and reflection calls are not authenticated; their requests are decoded
 safely too (`_decoded_safely`).
@@ -36,6 +40,8 @@ from service.transport.errors import abort
 log = logging.getLogger("agw.grpc")
 
 SERVICE_PREFIX = "/agw.v1.AgentGateway/"
+#: The metadata key in which the HTTP adapter passes its client's address.
+FORWARDED_FOR = "x-forwarded-for"
 
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar(
     "agw_principal", default=ANONYMOUS
@@ -104,6 +110,16 @@ def _final_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
     return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK
 
 
+def _peer(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """The caller's address: the HTTP client's for the adapter's calls over a unix socket."""
+    peer = context.peer() or ""
+    if peer.startswith("unix"):
+        for key, value in context.invocation_metadata() or ():
+            if key == FORWARDED_FOR and isinstance(value, str):
+                return value
+    return peer
+
+
 def _log_call(
     name: str,
     context: grpc.aio.ServicerContext[Any, Any],
@@ -112,7 +128,7 @@ def _log_call(
     sent: int | None,
 ) -> None:
     duration_ms = round((time.perf_counter() - started) * 1000, 1)
-    peer = context.peer() or ""
+    peer = _peer(context)
     fields: dict[str, Any] = {
         "method": name,
         "peer": peer,

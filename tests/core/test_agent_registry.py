@@ -58,7 +58,7 @@ def test_load_all_keeps_valid_agents_and_records_broken_files(
     write(tmp_path, "syntax.json", '{"mode": "ONESHOT",\n  oops}')
     registry = AgentRegistry(tmp_path)
 
-    with caplog.at_level(logging.WARNING, logger="service.core.agent_registry"):
+    with caplog.at_level(logging.WARNING, logger="agw.agents"):
         change = registry.load_all()
         assert registry.load_all() is None  # nothing changed: no new version, no new log
 
@@ -73,6 +73,7 @@ def test_load_all_keeps_valid_agents_and_records_broken_files(
     }
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
+    assert {r.name for r in caplog.records if r.levelno == logging.WARNING} == {"agw.agents"}
     assert str(tmp_path / "bad.json") in warnings[0]
     assert "plain.systemPrompt: must not be empty" in warnings[0]
 

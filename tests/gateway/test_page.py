@@ -22,7 +22,7 @@ from playwright.async_api import Browser, BrowserContext, Page, Route, async_pla
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
 from service.testing import Harness, oneshot_agent, write_agent
-from tests.core.tools.kit import answer_turn, call_turn
+from tests.core.tools.kit import agent, answer_turn, call_turn, tools, write_ui_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -693,6 +693,11 @@ async def test_a_structured_question_in_the_browser(
     await page.screenshot(path=shot("question", DESKTOP), full_page=True)
     await form.locator('button[type="submit"]').click()
     await page.locator('.run[data-status="complete"]').wait_for()
+    # The ask_user card's arguments are folded away: the form asks the question once.
+    asked = page.locator('.card.tool[data-name="ask_user"]')
+    assert '"question"' in (await asked.locator("pre.args").text_content() or "")
+    assert not await asked.locator("pre.args").is_visible()
+    assert await asked.locator("details.args-box > summary").is_visible()
     result = page.locator('.card.tool[data-name="ask_user"] pre.result')
     assert json.loads(await result.inner_text()) == ["Paris", "Rome", "Lisbon"]
     assert await page.locator(".question-form").count() == 0
@@ -868,4 +873,72 @@ async def test_a_new_chat_is_listed_when_it_starts(
         "t => document.querySelector('#chats li time').getAttribute('datetime') !== t", arg=when
     )
     assert await entry.count() == 1
+    assert errors == []
+
+
+async def test_the_agent_offered_first_is_the_last_used_else_a_chat_agent(
+    open_page: OpenPage, quick_demo: Harness, tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    page, errors = await open_page(quick_demo.http_url)
+    assert await page.input_value("#agent") == "demo_react"  # not demo_action, the first
+    await page.select_option("#agent", "demo_oneshot")
+    await page.reload()
+    await page.wait_for_selector("#agent option", state="attached")
+    assert await page.input_value("#agent") == "demo_oneshot"  # remembered
+    assert errors == []
+
+    # Without the REACT demo: the first agent without tools.
+    agents_dir = tmp_path / "few-agents"
+    write_agent(agents_dir, "a_ui", agent(toolConfig=tools(frontends=("pick",))))
+    write_agent(agents_dir, "b_chat", oneshot_agent("Chat."))
+    tools_dir = write_ui_tools(tmp_path / "few-tools")
+    async with Harness.start(agents_dir, provider, tools_dir=tools_dir) as harness:
+        other, errors = await open_page(harness.http_url)
+        assert await other.input_value("#agent") == "b_chat"
+        assert errors == []
+
+
+async def test_the_header_says_what_the_log_does_not(
+    open_page: OpenPage, gateway: Harness, provider: LoopbackProvider
+) -> None:
+    """ "N events replayed" goes when the next run starts; "running…" is said once, by the
+    run's own line."""
+    provider.enqueue(answer_turn("First answer."))
+    page, errors = await open_page(gateway.http_url)
+    await page.fill("#message", "Hello there")
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+    await page.click("#new-chat")
+    await page.locator("#chats li button").first.click()
+    await page.locator("#status", has_text="events replayed").wait_for()
+
+    gate = asyncio.Event()
+    provider.enqueue([content("so far"), Gate(gate), content(", done"), finish("stop"), DONE])
+    await page.fill("#message", "And then?")
+    await page.click("#send")
+    await page.wait_for_function(STREAMING, polling="raf")
+    assert await page.locator("#status").inner_text() == ""
+    assert await page.locator(".run .run-status").last.inner_text() == "running…"
+    assert await page.evaluate("() => document.body.innerText.split('running…').length") == 2
+    gate.set()
+    await page.locator('.run[data-status="complete"] >> nth=1').wait_for()
+    assert await page.locator("#status").inner_text() == ""
+    assert errors == []
+
+
+async def test_the_chat_title_keeps_its_room_on_a_phone(
+    open_page: OpenPage, quick_demo: Harness
+) -> None:
+    """At 390 px the header's agent name and status give up their room before the title."""
+    page, errors = await open_page(quick_demo.http_url, PHONE)
+    await page.fill("#message", "Weather in Paris")
+    await page.click("#send")
+    await page.locator('.run[data-status="complete"]').wait_for()
+    await page.reload()  # reopens the chat: the header also says "N events replayed"
+    await page.locator("#status", has_text="events replayed").wait_for()
+    title = page.locator("#chat-title")
+    assert await title.inner_text() == "Weather in Paris"
+    await page.screenshot(path=shot("phone-title", PHONE))
+    assert await title.evaluate("e => e.scrollWidth <= e.clientWidth")  # not cut
+    assert await overflow(page) <= 0
     assert errors == []

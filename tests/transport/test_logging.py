@@ -18,7 +18,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 
 from service.config import ApiKeySettings
-from service.logs import JsonFormatter
+from service.logs import JsonFormatter, TextFormatter
 from service.providers.loopback import (
     DONE,
     Gate,
@@ -106,7 +106,7 @@ async def test_a_query_logs_its_call_with_the_events_sent_and_its_run(
     assert run.levelno == logging.INFO and 0 <= run.duration_ms < 10_000
     assert run.getMessage() == (
         f"run {events[0].run_id} ended: complete (stop); chat {events[0].chat_id}, "
-        f"agent plain, ONESHOT, {run.duration_ms:.1f} ms, 1 model calls, 12 tokens in, 5 out"
+        f"agent plain, ONESHOT, {run.duration_ms:.1f} ms, 1 model call, 12 tokens in, 5 out"
     )
 
 
@@ -219,3 +219,27 @@ async def test_json_log_lines_carry_the_fields_and_no_content(
     for line in (call, run):
         text = json.dumps(line)
         assert SECRET_MESSAGE not in text and ANSWER_TEXT not in text
+
+
+async def test_a_forwarded_for_over_tcp_does_not_change_the_peer(
+    gateway: Harness, logs: pytest.LogCaptureFixture
+) -> None:
+    """Only the HTTP adapter's calls over a unix socket name their client; over TCP the
+    connection's peer is logged whatever the metadata claims."""
+    forged = (("x-forwarded-for", "203.0.113.9"),)
+    await gateway.stub.ListAgents(gw.ListAgentsRequest(), metadata=forged)
+    await until_logged(logs, 1)
+    (line,) = calls(logs)
+    assert_peer(line.peer)
+
+
+async def test_a_workers_lines_carry_its_name(
+    gateway: Harness, logs: pytest.LogCaptureFixture
+) -> None:
+    await gateway.stub.ListAgents(gw.ListAgentsRequest())
+    await until_logged(logs, 1)
+    (line,) = calls(logs)
+    assert json.loads(JsonFormatter("w1").format(line))["worker"] == "w1"
+    assert "worker" not in json.loads(JsonFormatter().format(line))
+    text = TextFormatter("w1").format(line)
+    assert text.endswith(f" INFO    [w1] agw.grpc: {line.getMessage()}")

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 from typing import Any
 
@@ -212,6 +213,30 @@ async def test_each_worker_runs_the_queries_its_http_adapter_receives(service: S
             await client.aclose()
     assert {holder for holder, _ in served} == {f"{BASE}-0", f"{BASE}-1"}
     assert [owner for _, owner in served] == [holder for holder, _ in served]
+
+
+async def test_every_worker_line_names_its_worker_and_http_calls_their_client(
+    service: Service,
+) -> None:
+    """Each worker tags its lines `[w0]`/`[w1]` (the supervisor's carry no tag); a call its
+    HTTP adapter makes over its private unix socket is logged with the HTTP client's
+    address, never the socket's empty peer (`unix:`)."""
+    headers = {"authorization": f"Bearer {KEYS['alice']}"}
+    url = f"http://127.0.0.1:{service.http_port}/api/agents"
+    async with httpx.AsyncClient(headers=headers) as client:
+        for _ in range(8):
+            response = await client.get(url, headers={"connection": "close"})
+            assert response.status_code == 200
+    await service.wait_log(r"\[w\d\] agw\.grpc: ListAgents from ")
+    lines = service.log().splitlines()
+    for slot in service.workers():
+        assert any(f" [w{slot}] agw.grpc: gRPC listening on " in line for line in lines)
+    tagged = [line for line in lines if re.search(r" \[w[01]\] agw\.", line)]
+    untagged = [line for line in lines if " agw." in line and line not in tagged]
+    assert untagged and all(" agw.supervisor: " in line for line in untagged)
+    calls = [line for line in tagged if "agw.grpc: ListAgents from " in line]
+    assert calls and all(" ListAgents from 127.0.0.1: OK in " in line for line in calls)
+    assert "from unix" not in service.log()
 
 
 def _holder(port: int, client_port: int, pids: list[int]) -> int:

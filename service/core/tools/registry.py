@@ -58,7 +58,7 @@ __all__ = [
     "is_tool_file",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agw.tools")
 
 HINTS_HEADING = "## After calling a tool"
 

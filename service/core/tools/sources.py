@@ -54,7 +54,7 @@ from service.core.tools.definitions import (
     view_files,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agw.tools")
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ class A2AEndpoint:
         key = request.match_info["agent_key"]
         try:
             reply = await self.stub.GetAgent(
-                gw.GetAgentRequest(agent_key=key), metadata=metadata_of(request.headers)
+                gw.GetAgentRequest(agent_key=key), metadata=metadata_of(request)
             )
         except BadRequest as error:
             return _json(failure(grpc.StatusCode.INVALID_ARGUMENT, str(error)), 400)
@@ -112,7 +112,7 @@ class A2AEndpoint:
                 code = dialect.unsupported[call.method]
                 raise RpcError(code, f"{call.method} is not supported by this agent")
             try:
-                metadata = metadata_of(request.headers)
+                metadata = metadata_of(request)
             except BadRequest as error:
                 raise RpcError(jsonrpc.INVALID_REQUEST, str(error)) from None
             key = request.match_info["agent_key"]

@@ -12,6 +12,7 @@ import { ScrollFollower } from './scroll.js';
 const $ = (id) => document.getElementById(id);
 const TERMINAL = new Set(['run.complete', 'run.error', 'run.cancel']);
 const RESUME_ATTEMPTS = 5;
+const PREFERRED_AGENT = 'demo_react'; // the first agent offered when none was used here
 
 const state = {
   chatId: '',
@@ -66,10 +67,19 @@ async function loadAgents() {
   const select = $('agent');
   select.replaceChildren(...state.agents.map((agent) => h('option', { value: agent.key },
     `${iconOf(agent.icon)}${agent.name || agent.key}`)));
-  const saved = localStorage.getItem('agw.agent');
-  if (saved && state.agents.some((a) => a.key === saved)) select.value = saved;
+  select.value = defaultAgent(localStorage.getItem('agw.agent'));
   describeAgent();
   loadChats(); // their agents' names are known now
+}
+
+/** The agent picked at first: the one last used here, else a plain chat agent — the
+ *  REACT demo when loaded, else the first without tools — else the first. */
+function defaultAgent(saved) {
+  const keys = state.agents.map((a) => a.key);
+  if (saved && keys.includes(saved)) return saved;
+  if (keys.includes(PREFERRED_AGENT)) return PREFERRED_AGENT;
+  const plain = state.agents.find((a) => !(a.tools || []).length);
+  return (plain || state.agents[0])?.key || '';
 }
 
 function iconOf(icon) {
@@ -266,7 +276,7 @@ async function send() {
   state.run = run;
   follower.toLatest(); // one's own message: back to the latest output
   setBusy(true);
-  setStatus('running…');
+  setStatus(''); // the run's own line says it is running
   let accepted = false;
   const onMessage = (m) => {
     if (!accepted) {

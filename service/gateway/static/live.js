@@ -41,10 +41,11 @@ const KINDS = {
   WAIT_KIND_PLAN_APPROVAL: 'your approval of the plan',
 };
 
-/** What the status line says of a live run joined again. */
+/** What the status line says of a live run joined again (nothing while it just runs:
+ *  its own line in the log says so). */
 export function liveStatus(live) {
   const waits = live.waits || [];
-  if (!waits.length) return 'running…';
+  if (!waits.length) return '';
   return `waiting for ${KINDS[waits[0].kind] || 'your answer'}`;
 }
 

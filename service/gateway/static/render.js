@@ -11,6 +11,8 @@ import { planHandlers } from './plan.js';
 
 /** Tools of the plan machinery, shown as one folded line: the plan card shows their effect. */
 const INTERNAL_TOOL = /^_plan_/;
+/** Backend tools whose arguments the page shows as a question card of its own. */
+const ASKS_USER = new Set(['ask_user']);
 
 /** "_plan_update_task_" → "plan: update task". */
 function internalLabel(name) {
@@ -173,15 +175,16 @@ export class RunView {
   // Tools and actions ------------------------------------------------------------------
 
   /** A tool or action card. Its title folds and unfolds it; the plan's own tools start
-   *  folded, and a frontend tool's arguments are folded under its form. */
+   *  folded, and the arguments of a frontend tool or `ask_user` are folded under its form. */
   card(ev, id, { kind, name, type, description }) {
     const args = document.createTextNode('');
     const internal = kind === 'tool' && INTERNAL_TOOL.test(name || '');
     const frontend = kind === 'tool' && type && type !== 'backend';
+    const asks = frontend || (kind === 'tool' && ASKS_USER.has(name));
     const title = h('button', { type: 'button', class: 'card-title', 'aria-expanded': 'true' },
       internal ? internalLabel(name) : name || kind, h('span', { class: 'kind' }, type || kind));
     const argsLabel = h('span', { class: 'label' }, 'arguments');
-    const argsBox = frontend
+    const argsBox = asks
       ? h('details', { class: 'args-box' }, h('summary', {}, argsLabel), h('pre', { class: 'args' }, args))
       : h('div', { class: 'args-box' }, argsLabel, h('pre', { class: 'args' }, args));
     const el = h('div', {
