@@ -71,6 +71,14 @@ AGENTS: dict[str, dict[str, Any]] = {
         budget={"maxModelCalls": 8, "maxToolCalls": 6, "maxSteps": 6, "timeoutMs": 20000},
     ),
     "plan": agent("PLAN_EXECUTE", toolConfig=tools("city_datetime")),
+    "guarded": agent(
+        "REACT", toolConfig=tools("city_datetime"), toolPermissions={"city_datetime": "ASK"}
+    ),
+    "gated": agent(
+        "PLAN_EXECUTE",
+        toolConfig=tools("city_datetime"),
+        planExecute={"plan": {"systemPrompt": "Plan.", "approval": True}},
+    ),
     "sh": agent(toolConfig=tools("_bash_")),
     "ghost_provider": agent(modelConfig={"providerKey": "nowhere"}),
     "ghost_tool": agent(toolConfig=tools("no_such_tool")),
@@ -207,6 +215,8 @@ class Ids:
     runs: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     uploads: list[str] = field(default_factory=list)
+    #: What runs left waiting named, for answers: (Authorization, kind, chat or task, wait ids).
+    waits: list[tuple[str, str, str, list[str]]] = field(default_factory=list)
 
     LIMIT = 64
 
@@ -215,6 +225,12 @@ class Ids:
         self.add("runs", event.run_id)
         if event.WhichOneof("payload") == "tool_end":
             self.add("tools", event.tool_end.tool_id)
+
+    def wait(self, caller: str, kind: str, owner: str, waits: list[str]) -> None:
+        """Keep what a run of `caller` left waiting: its chat or task `owner` waits for
+        `waits` (of `kind`: "tool" calls, "interrupt"s, a "task"'s input)."""
+        self.waits.append((caller, kind, owner, waits))
+        del self.waits[: -self.LIMIT]
 
     def add(self, kind: str, value: str) -> None:
         """Keep `value` among the ids of `kind` (the last `LIMIT` of each)."""

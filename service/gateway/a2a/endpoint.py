@@ -153,19 +153,21 @@ class A2AEndpoint:
                 "Content-Type must be application/json",
                 http_status=415,
             )
-        version = request.headers.get("A2A-Version", "")
-        if version and not _VERSIONS.fullmatch(version):
-            raise RpcError(
-                jsonrpc.VERSION_NOT_SUPPORTED,
-                f"A2A version {shown(version)!r} is not supported (1.0 and 0.3 are)",
-            )
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as error:
             raise RpcError(
                 jsonrpc.INVALID_REQUEST, "payload too large", http_status=error.status
             ) from None
-        return jsonrpc.parse(body)
+        call = jsonrpc.parse(body)
+        version = request.headers.get("A2A-Version", "")
+        if version and not _VERSIONS.fullmatch(version):  # refused with the request's id
+            raise RpcError(
+                jsonrpc.VERSION_NOT_SUPPORTED,
+                f"A2A version {shown(version)!r} is not supported (1.0 and 0.3 are)",
+                request_id=call.id,
+            )
+        return call
 
     # -- a turn: a new run, or an answer to a waiting one -------------------------------
 
