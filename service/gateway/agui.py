@@ -43,7 +43,7 @@ import orjson
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from aiohttp import web
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import json_format
 
 from service.gateway.agui_events import AgUiEvent, Projection, failed
 from service.gateway.agui_thread import replay
@@ -172,9 +172,7 @@ class AgUiEndpoint:
         replies = answers or [(i, p) for i, _, p in run_input.resume]
         if chat is not None and chat.events and replies:
             answer_id, payload = replies[0]
-            submit = submit_request(
-                run_input.thread_id, chat.events[-1].run_id, answer_id, payload
-            )
+            submit = submit_request(run_input.thread_id, chat.events[-1].run_id, answer_id, payload)
             response = await self.submit(submit, metadata=metadata)
             if response.outcome in (gw.SUBMIT_OUTCOME_EXPIRED, gw.SUBMIT_OUTCOME_ALREADY_ANSWERED):
                 return _refused(answer_id, response)
@@ -243,9 +241,7 @@ class AgUiEndpoint:
         if projection is None or unknown or not replies:
             raise unanswerable(run_input, [(i, None) for i in unknown] or replies)
         for answer_id, payload in replies:
-            submit = submit_request(
-                run_input.thread_id, projection.agw_run_id, answer_id, payload
-            )
+            submit = submit_request(run_input.thread_id, projection.agw_run_id, answer_id, payload)
             response = await self._submit(submit, metadata)
             if not response.accepted:
                 return _refused(answer_id, response)

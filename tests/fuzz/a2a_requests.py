@@ -91,7 +91,9 @@ def message(draw: st.DrawFn, service: FuzzService, v03: bool, wild: int) -> Any:
     if draw(_one_in(3)):
         out["contextId"] = draw(_seen(service, "chats", wild))
     if draw(_one_in(wild)):
-        out["metadata"] = draw(st.fixed_dictionaries({"waitId": _seen(service, "tools", 2)}) | junk())
+        out["metadata"] = draw(
+            st.fixed_dictionaries({"waitId": _seen(service, "tools", 2)}) | junk()
+        )
     for name in ("parts", "role", "messageId"):
         if draw(_one_in(wild * 2)):
             del out[name]
@@ -124,7 +126,9 @@ def calls(draw: st.DrawFn, service: FuzzService) -> tuple[Any, str | None]:
     if draw(st.booleans()) and service.ids.waits:
         return answer
     methods = st.sampled_from(V1 + V03)
-    method = draw(_one_in(wild).flatmap(lambda go: st.sampled_from(OTHERS) | junk() if go else methods))
+    method = draw(
+        _one_in(wild).flatmap(lambda go: st.sampled_from(OTHERS) | junk() if go else methods)
+    )
     body: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.integers(0, 10**6) | st.just("r1"))}
     body["method"] = method
     body["params"] = draw(params(service, method if isinstance(method, str) else "", wild))
@@ -152,7 +156,11 @@ def answers(draw: st.DrawFn, service: FuzzService, wild: int) -> tuple[Any, str 
     if draw(_one_in(wild)):
         caller = draw(st.sampled_from(CALLERS))
     v03 = draw(st.booleans())
-    method = draw(st.sampled_from(["message/stream", "message/send"] if v03 else ["SendStreamingMessage", "SendMessage"]))
+    method = draw(
+        st.sampled_from(
+            ["message/stream", "message/send"] if v03 else ["SendStreamingMessage", "SendMessage"]
+        )
+    )
     answer = draw(part(v03, wild))
     out: dict[str, Any] = {"messageId": str(uuid.uuid4()), "role": "user", "parts": [answer]}
     out["taskId"] = task
@@ -170,6 +178,8 @@ def check(body: Any, answer: Answer) -> None:
     unread = answer.status in (413, 415)  # refused before the body was read: no id known
     if unread or isinstance(request_id, bool) or not isinstance(request_id, str | int):
         request_id = None
+    elif isinstance(request_id, int) and not -(2**63) <= request_id < 2**64:
+        request_id = None  # read as a float by a JSON parser: not an id
     if not answer.is_stream:
         if not answer.content_type.startswith("application/json"):
             assert answer.status in (400, 403, 404, 405, 413, 421), answer.status
@@ -204,7 +214,11 @@ def note(service: FuzzService, caller: str | None, answer: Answer) -> None:
     """Keep the tasks and contexts named; a task left input-required, to answer it."""
     if caller is None:
         return
-    results = [answer.json()] if not answer.is_stream and answer.content_type.endswith("json") else answer.events
+    results = (
+        [answer.json()]
+        if not answer.is_stream and answer.content_type.endswith("json")
+        else answer.events
+    )
     task, context, waiting = "", "", False
     for response in results:
         result = response.get("result") if isinstance(response, dict) else None
@@ -223,15 +237,21 @@ def note(service: FuzzService, caller: str | None, answer: Answer) -> None:
 
 def outcome(answer: Answer) -> str:
     """What an answer was, for the test's statistics."""
-    results = [answer.json()] if not answer.is_stream and answer.content_type.endswith("json") else answer.events
+    results = (
+        [answer.json()]
+        if not answer.is_stream and answer.content_type.endswith("json")
+        else answer.events
+    )
     last = results[-1] if results else {}
     if not isinstance(last, dict):
         return str(answer.status)
     if "error" in last:
-        return f"{answer.status} error {last['error'].get('code')} {str(last['error'].get('message'))[:40]}"
+        error = last["error"]
+        return f"{answer.status} error {error.get('code')} {str(error.get('message'))[:40]}"
     if "result" in last:
         result = last["result"]
         inner = result.get("task") or result.get("statusUpdate") or result
         status = inner.get("status") if isinstance(inner, dict) else None
-        return f"{answer.status} {'stream' if answer.is_stream else 'result'} {(status or {}).get('state', '')}"
+        form = "stream" if answer.is_stream else "result"
+        return f"{answer.status} {form} {(status or {}).get('state', '')}"
     return f"{answer.status} {str(last)[:40]}"

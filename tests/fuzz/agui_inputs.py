@@ -47,7 +47,7 @@ def junk() -> st.SearchStrategy[Any]:
     """A value of any JSON type, deep nesting and huge strings among them."""
     return st.one_of(
         json_values(),
-        st.sampled_from([deep_value(120), deep_value(400), 2**64, -(2**63) - 1]),
+        st.sampled_from([deep_value(45), deep_value(120), deep_value(400), 2**64, -(2**63) - 1]),
         st.just("x" * 100_000).filter(lambda _: True),
     )
 
@@ -56,7 +56,9 @@ def texts(wild: int) -> st.SearchStrategy[Any]:
     """A message's content: a text, text parts, or (wild) junk."""
     plain = st.sampled_from(TEXTS)
     parts = st.lists(
-        st.fixed_dictionaries({"type": st.sampled_from(["text", "binary", "image"]), "text": plain}),
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["text", "binary", "image"]), "text": plain}
+        ),
         min_size=1,
         max_size=3,
     )
@@ -134,7 +136,9 @@ def answers(draw: st.DrawFn, service: FuzzService, wild: int) -> tuple[Any, str 
     caller, kind, thread, waiting = waits[index % len(waits)]
     if draw(_one_in(wild)):
         caller = draw(st.sampled_from(CALLERS))
-    picked = [waiting[i % len(waiting)] for i in draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))]
+    picked = [
+        waiting[i % len(waiting)] for i in draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    ]
     results = json_values(finite=True).map(to_json).map(bytes.decode) | texts(wild)
     contents = [draw(results) for _ in picked]
     status = st.sampled_from(["resolved", "resolved", "cancelled"])
@@ -241,7 +245,7 @@ def note(service: FuzzService, body: Any, caller: str | None, answer: Answer) ->
     """Keep the thread, the pending tool calls and the interrupts of a stream's end."""
     if not answer.is_stream or not answer.events or caller is None:
         return
-    thread = body["threadId"] or _chat_of(answer.events)
+    thread = body.get("threadId") or _chat_of(answer.events)
     service.ids.add("chats", thread)
     last = answer.events[-1]
     outcome = last.get("outcome") if isinstance(last.get("outcome"), dict) else {}
@@ -261,7 +265,11 @@ def outcome(answer: Answer) -> str:
         return f"{answer.status} {body.get('reason') or body.get('msg', '')[:50]}".strip()
     last = answer.events[-1]
     result = last.get("outcome") if isinstance(last.get("outcome"), dict) else {}
-    resumed = " (resumed)" if any(e["type"] == "RUN_STARTED" and "input" in e for e in answer.events) else ""
+    resumed = (
+        " (resumed)"
+        if any(e["type"] == "RUN_STARTED" and "input" in e for e in answer.events)
+        else ""
+    )
     return f"{last['type']} {result.get('type', last.get('code', ''))}{resumed}".strip()
 
 

@@ -12,6 +12,7 @@ NaN and deep nesting included (the encoder a hostile client may use).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +76,7 @@ async def post(
             http.request(
                 method,
                 aiohttp.client.URL(url, encoded=True),
-                data=body if method == "POST" else None,
+                data=io.BytesIO(body) if method == "POST" else None,  # large bodies too
                 headers=headers,
             ) as response,
         ):

@@ -44,7 +44,10 @@ async def test_json_rpc_calls(service: FuzzService, data: st.DataObject) -> None
     trim(service)
     body, caller = data.draw(a2a_requests.calls(service), label="body")
     agents = st.sampled_from(["react", "react", "guarded", "gated", "oneshot", "sh"])
-    key = data.draw(st.sampled_from([False] * 5 + [True]).flatmap(lambda odd: keys if odd else agents), label="agent")
+    key = data.draw(
+        st.sampled_from([False] * 5 + [True]).flatmap(lambda odd: keys if odd else agents),
+        label="agent",
+    )
     version = data.draw(st.sampled_from(VERSIONS), label="A2A-Version")
     answer = await post(
         service, f"/a2a/{key}", to_json(body), headers(caller, "application/json", version)

@@ -41,8 +41,13 @@ async def test_run_inputs(service: FuzzService, data: st.DataObject) -> None:
     trim(service)
     body, caller = data.draw(agui_inputs.inputs(service), label="body")
     agents = st.sampled_from(["react", "react", "guarded", "gated", "plan", "oneshot"])
-    key = data.draw(st.sampled_from([False] * 5 + [True]).flatmap(lambda odd: keys if odd else agents), label="agent")
-    answer = await post(service, f"/api/ag-ui/{key}", to_json(body), headers(caller, "application/json"))
+    key = data.draw(
+        st.sampled_from([False] * 5 + [True]).flatmap(lambda odd: keys if odd else agents),
+        label="agent",
+    )
+    answer = await post(
+        service, f"/api/ag-ui/{key}", to_json(body), headers(caller, "application/json")
+    )
     assert answer is not None, "no answer"
     agui_inputs.check(answer)
     agui_inputs.note(service, body, caller, answer)
