@@ -71,6 +71,14 @@ AGENTS: dict[str, dict[str, Any]] = {
         budget={"maxModelCalls": 8, "maxToolCalls": 6, "maxSteps": 6, "timeoutMs": 20000},
     ),
     "plan": agent("PLAN_EXECUTE", toolConfig=tools("city_datetime")),
+    "sh": agent(toolConfig=tools("_bash_")),
+    "ghost_provider": agent(modelConfig={"providerKey": "nowhere"}),
+    "ghost_tool": agent(toolConfig=tools("no_such_tool")),
+}
+AGENT_KEYS = (*AGENTS, "broken", "missing")
+#: Agents whose runs wait for the user's permission or plan approval (for the fuzz tests
+#: that answer them: `fuzz_service(..., agents=ASKING_AGENTS)`).
+ASKING_AGENTS: dict[str, dict[str, Any]] = {
     "guarded": agent(
         "REACT", toolConfig=tools("city_datetime"), toolPermissions={"city_datetime": "ASK"}
     ),
@@ -79,11 +87,7 @@ AGENTS: dict[str, dict[str, Any]] = {
         toolConfig=tools("city_datetime"),
         planExecute={"plan": {"systemPrompt": "Plan.", "approval": True}},
     ),
-    "sh": agent(toolConfig=tools("_bash_")),
-    "ghost_provider": agent(modelConfig={"providerKey": "nowhere"}),
-    "ghost_tool": agent(toolConfig=tools("no_such_tool")),
 }
-AGENT_KEYS = (*AGENTS, "broken", "missing")
 
 #: Commands the `sh` agent runs: ordinary ones, and attempts to write outside the workspace.
 COMMANDS = (
@@ -272,10 +276,11 @@ class FuzzService:
 
 @asynccontextmanager
 async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzService]:
-    """The service of the fuzz tests under `base` (see the module docstring)."""
+    """The service of the fuzz tests under `base` (see the module docstring); `agents` in
+    `overrides` are more agents (by key) beside `AGENTS`."""
     guard = FileGuard(base)
     dirs = guard.dirs
-    for key, definition in AGENTS.items():
+    for key, definition in {**AGENTS, **overrides.pop("agents", {})}.items():
         write_agent(dirs["agents"], key, definition)
     (dirs["agents"] / "broken.json").write_text('{"mode": "ONESHOT", "plain": ')
     write_ui_tools(dirs["tools"])

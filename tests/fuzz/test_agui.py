@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 from tests.fuzz import agui_inputs
 from tests.fuzz.endpoints import CALLERS, post, to_json, trim
 from tests.fuzz.guards import assert_no_leaks
-from tests.fuzz.kit import AGENT_KEYS, FuzzService, forget_runs, fuzz, settle
+from tests.fuzz.kit import AGENT_KEYS, ASKING_AGENTS, FuzzService, forget_runs, fuzz, settle
 from tests.fuzz.protos import strings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVICE_SETTINGS = {"http_max_body_bytes": 256 * 1024}
+SERVICE_SETTINGS = {"http_max_body_bytes": 256 * 1024, "agents": ASKING_AGENTS}
 CONTENT_TYPES = ("application/json", "application/json", "text/plain", "application/x+json")
 
-keys = st.sampled_from(AGENT_KEYS) | strings().map(lambda s: quote(s, safe=""))
+keys = st.sampled_from((*AGENT_KEYS, *ASKING_AGENTS)) | strings().map(lambda s: quote(s, safe=""))
 
 
 def headers(caller: str | None, content_type: str) -> list[tuple[str, str]]:
