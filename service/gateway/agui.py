@@ -43,7 +43,7 @@ import orjson
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from aiohttp import web
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import json_format
 
 from service.gateway.agui_events import AgUiEvent, Projection, failed
 from service.gateway.agui_thread import replay
@@ -172,12 +172,7 @@ class AgUiEndpoint:
         replies = answers or [(i, p) for i, _, p in run_input.resume]
         if chat is not None and chat.events and replies:
             answer_id, payload = replies[0]
-            submit = gw.SubmitRequest(
-                chat_id=run_input.thread_id,
-                run_id=chat.events[-1].run_id,
-                tool_id=answer_id,
-                payload=json_format.ParseDict(payload, struct_pb2.Value()),
-            )
+            submit = submit_request(run_input.thread_id, chat.events[-1].run_id, answer_id, payload)
             response = await self.submit(submit, metadata=metadata)
             if response.outcome in (gw.SUBMIT_OUTCOME_EXPIRED, gw.SUBMIT_OUTCOME_ALREADY_ANSWERED):
                 return _refused(answer_id, response)
@@ -246,12 +241,7 @@ class AgUiEndpoint:
         if projection is None or unknown or not replies:
             raise unanswerable(run_input, [(i, None) for i in unknown] or replies)
         for answer_id, payload in replies:
-            submit = gw.SubmitRequest(
-                chat_id=run_input.thread_id,
-                run_id=projection.agw_run_id,
-                tool_id=answer_id,
-                payload=json_format.ParseDict(payload, struct_pb2.Value()),
-            )
+            submit = submit_request(run_input.thread_id, projection.agw_run_id, answer_id, payload)
             response = await self._submit(submit, metadata)
             if not response.accepted:
                 return _refused(answer_id, response)
@@ -418,6 +408,18 @@ def user_text(messages: list[dict[str, Any]]) -> str:
             "answering the thread's pending tool calls)"
         )
     return text
+
+
+def submit_request(chat_id: str, run_id: str, tool_id: str, payload: Any) -> gw.SubmitRequest:
+    """The Submit of a tool result or resume payload (any JSON value); BadRequest when the
+    request cannot carry it: nested deeper than a message may be (the payload's depth
+    counts from the request, as the service reads it)."""
+    submit = gw.SubmitRequest(chat_id=chat_id, run_id=run_id, tool_id=tool_id)
+    try:
+        json_format.ParseDict({"payload": payload}, submit)
+    except json_format.ParseError as error:
+        raise BadRequest(f"the answer to {shown(tool_id)!r} cannot be submitted: {error}") from None
+    return submit
 
 
 def _reply(interrupt: dict[str, Any] | None, status: str, payload: Any) -> Any:

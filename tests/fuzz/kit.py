@@ -76,6 +76,18 @@ AGENTS: dict[str, dict[str, Any]] = {
     "ghost_tool": agent(toolConfig=tools("no_such_tool")),
 }
 AGENT_KEYS = (*AGENTS, "broken", "missing")
+#: Agents whose runs wait for the user's permission or plan approval (for the fuzz tests
+#: that answer them: `fuzz_service(..., agents=ASKING_AGENTS)`).
+ASKING_AGENTS: dict[str, dict[str, Any]] = {
+    "guarded": agent(
+        "REACT", toolConfig=tools("city_datetime"), toolPermissions={"city_datetime": "ASK"}
+    ),
+    "gated": agent(
+        "PLAN_EXECUTE",
+        toolConfig=tools("city_datetime"),
+        planExecute={"plan": {"systemPrompt": "Plan.", "approval": True}},
+    ),
+}
 
 #: Commands the `sh` agent runs: ordinary ones, and attempts to write outside the workspace.
 COMMANDS = (
@@ -207,6 +219,8 @@ class Ids:
     runs: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     uploads: list[str] = field(default_factory=list)
+    #: What runs left waiting named, for answers: (Authorization, kind, chat or task, wait ids).
+    waits: list[tuple[str, str, str, list[str]]] = field(default_factory=list)
 
     LIMIT = 64
 
@@ -215,6 +229,12 @@ class Ids:
         self.add("runs", event.run_id)
         if event.WhichOneof("payload") == "tool_end":
             self.add("tools", event.tool_end.tool_id)
+
+    def wait(self, caller: str, kind: str, owner: str, waits: list[str]) -> None:
+        """Keep what a run of `caller` left waiting: its chat or task `owner` waits for
+        `waits` (of `kind`: "tool" calls, "interrupt"s, a "task"'s input)."""
+        self.waits.append((caller, kind, owner, waits))
+        del self.waits[: -self.LIMIT]
 
     def add(self, kind: str, value: str) -> None:
         """Keep `value` among the ids of `kind` (the last `LIMIT` of each)."""
@@ -256,10 +276,11 @@ class FuzzService:
 
 @asynccontextmanager
 async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzService]:
-    """The service of the fuzz tests under `base` (see the module docstring)."""
+    """The service of the fuzz tests under `base` (see the module docstring); `agents` in
+    `overrides` are more agents (by key) beside `AGENTS`."""
     guard = FileGuard(base)
     dirs = guard.dirs
-    for key, definition in AGENTS.items():
+    for key, definition in {**AGENTS, **overrides.pop("agents", {})}.items():
         write_agent(dirs["agents"], key, definition)
     (dirs["agents"] / "broken.json").write_text('{"mode": "ONESHOT", "plain": ')
     write_ui_tools(dirs["tools"])

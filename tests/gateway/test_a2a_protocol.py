@@ -139,7 +139,7 @@ async def test_service_refusals_keep_their_reason(service: A2AService) -> None:
 
 async def test_unsupported_versions_are_refused(service: A2AService) -> None:
     response = await service.rpc("plain", SEND_V1, **{"A2A-Version": "2.0"})
-    assert error_of(response)["code"] == -32009
+    assert error_of(response, request_id=7)["code"] == -32009  # the request's id kept
 
 
 # The adapter's defences ----------------------------------------------------------------
@@ -284,3 +284,33 @@ async def test_a_client_that_goes_away_ends_the_call(
                     break
             await asyncio.wait_for(service.probe.started.wait(), 10)
         await asyncio.wait_for(service.probe.cancelled.wait(), 10)
+
+
+def nested(depth: int) -> Any:
+    """An object nested `depth` levels: {"k": {"k": ... "bottom"}}."""
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [45, 80])
+async def test_an_answer_nested_too_deep_is_invalid_params(service: A2AService, depth: int) -> None:
+    """An answer deeper than a Submit request may carry is refused (-32602), not an internal
+    error, and the task still waits for a proper answer."""
+    service.provider.enqueue(
+        call_turn(("call_f", "pick", '{"options":["a","b"]}')), answer_turn("a it is")
+    )
+    first = {
+        **SEND_V1,
+        "params": {"message": {**SEND_V1["params"]["message"], "parts": [{"text": "Choose"}]}},
+    }
+    asked = (await service.rpc("ui", first)).json()["result"]["task"]
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    answer = {"messageId": "ans-1", "role": "ROLE_USER", "taskId": asked["id"]}
+    deep = {**SEND_V1, "params": {"message": {**answer, "parts": [{"data": nested(depth)}]}}}
+    refused = error_of(await service.rpc("ui", deep), request_id=7)
+    assert refused["code"] == -32602, refused
+    fine = {**SEND_V1, "params": {"message": {**answer, "parts": [{"data": {"choice": "a"}}]}}}
+    done = (await service.rpc("ui", fine)).json()["result"]["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"

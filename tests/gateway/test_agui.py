@@ -553,3 +553,45 @@ async def test_the_credential_is_passed_on(tmp_path: Path, provider: LoopbackPro
         events = await post(http, "oneshot", run_input())
         assert types(events)[-1] == "RUN_FINISHED"
     await asyncio.sleep(0)
+
+
+def nested(depth: int) -> Any:
+    """An object nested `depth` levels: {"k": {"k": ... "bottom"}}."""
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [45, 80])
+async def test_a_tool_result_nested_too_deep_is_refused(
+    client: httpx.AsyncClient, provider: LoopbackProvider, depth: int
+) -> None:
+    """A result deeper than a Submit request may carry is a 400 with the envelope, not a 500,
+    and the call still waits for a proper result."""
+    provider.enqueue(call_turn(("f1", "pick", '{"options":["a","b"]}')), answer_turn("Fine."))
+    first = run_input("Pick one")
+    pick = (await post(client, "picker", first))[-1]["outcome"]["pendingToolCallIds"][0]
+    second = run_input(thread_id=first["threadId"])
+    result = {"id": "r1", "role": "tool", "toolCallId": pick, "content": json.dumps(nested(depth))}
+    second["messages"].append(result)
+    refused = await client.post("/api/ag-ui/picker", json=second)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["status"] == "INVALID_ARGUMENT"
+    second["messages"][-1] = {**result, "content": '"a"'}
+    assert types(await post(client, "picker", second))[-1] == "RUN_FINISHED"
+
+
+async def test_a_resume_payload_nested_too_deep_is_refused(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(call_turn(("c1", "echo", '{"text":"a"}')), answer_turn("Done."))
+    first = run_input("Echo a")
+    (interrupt,) = (await post(client, "guarded", first))[-1]["outcome"]["interrupts"]
+    entry = {"interruptId": interrupt["id"], "status": "resolved", "payload": nested(45)}
+    second = run_input(thread_id=first["threadId"], resume=[entry])
+    second["messages"] = first["messages"]
+    refused = await client.post("/api/ag-ui/guarded", json=second)
+    assert refused.status_code == 400, refused.text
+    second["resume"] = [{**entry, "payload": True}]
+    assert types(await post(client, "guarded", second))[-1] == "RUN_FINISHED"

@@ -153,19 +153,21 @@ class A2AEndpoint:
                 "Content-Type must be application/json",
                 http_status=415,
             )
-        version = request.headers.get("A2A-Version", "")
-        if version and not _VERSIONS.fullmatch(version):
-            raise RpcError(
-                jsonrpc.VERSION_NOT_SUPPORTED,
-                f"A2A version {shown(version)!r} is not supported (1.0 and 0.3 are)",
-            )
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as error:
             raise RpcError(
                 jsonrpc.INVALID_REQUEST, "payload too large", http_status=error.status
             ) from None
-        return jsonrpc.parse(body)
+        call = jsonrpc.parse(body)
+        version = request.headers.get("A2A-Version", "")
+        if version and not _VERSIONS.fullmatch(version):  # refused with the request's id
+            raise RpcError(
+                jsonrpc.VERSION_NOT_SUPPORTED,
+                f"A2A version {shown(version)!r} is not supported (1.0 and 0.3 are)",
+                request_id=call.id,
+            )
+        return call
 
     # -- a turn: a new run, or an answer to a waiting one -------------------------------
 
@@ -203,7 +205,7 @@ class A2AEndpoint:
 
     async def _answer(self, message: UserMessage, metadata: Metadata) -> Turn:
         """Submit the answer to the task's open wait; the turn streams what follows it."""
-        payload = _payload_of(message)
+        answer = _answer_of(message)
         wanted = message.metadata.get("waitId")
         call = self.stub.Attach(gw.AttachRequest(run_id=message.task_id), metadata=metadata)
         fold = TaskFold()
@@ -218,16 +220,14 @@ class A2AEndpoint:
                 wait = fold.opened
                 if wait is None or (wanted and wait.wait_id != wanted):
                     continue
-                reply = await self.stub.Submit(
-                    gw.SubmitRequest(
-                        request_id=message.message_id,
-                        chat_id=fold.context_id,
-                        run_id=fold.task_id,
-                        tool_id=wait.wait_id,
-                        payload=payload,
-                    ),
-                    metadata=metadata,
+                submit = gw.SubmitRequest(
+                    request_id=message.message_id,
+                    chat_id=fold.context_id,
+                    run_id=fold.task_id,
+                    tool_id=wait.wait_id,
                 )
+                _parse_payload(answer, submit)
+                reply = await self.stub.Submit(submit, metadata=metadata)
                 if reply.accepted:
                     fold.resume()
                     return Turn(call, fold, [("task", fold.task())])
@@ -402,17 +402,20 @@ def _task_id(params: dict[str, Any]) -> str:
     return task_id
 
 
-def _payload_of(message: UserMessage) -> struct_pb2.Value:
+def _answer_of(message: UserMessage) -> Any:
     """What a message answers a wait with: its first data part, else its text."""
     if not message.data and not message.text:
         raise jsonrpc.params_error("the message has no text and no data to answer with")
-    value = struct_pb2.Value()
-    answer: Any = message.data[0] if message.data else message.text
+    return message.data[0] if message.data else message.text
+
+
+def _parse_payload(answer: Any, submit: gw.SubmitRequest) -> None:
+    """Set the Submit's payload to `answer`, its depth counted from the request (as the
+    service reads it): an answer nested too deep is invalid params, not a failure."""
     try:
-        json_format.ParseDict(answer, value)
+        json_format.ParseDict({"payload": answer}, submit)
     except json_format.ParseError as error:
         raise jsonrpc.params_error(f"the answer is not JSON a payload can carry: {error}") from None
-    return value
 
 
 def _parse_into(data: dict[str, Any], target: struct_pb2.Struct) -> None:
