@@ -46,7 +46,7 @@ from service.core.ports import RunBus
 from service.core.runstate import RunState
 from service.core.tools import permissions, questions
 from service.core.tools.definitions import ToolDefinition, ToolError
-from service.core.tools.guards import LoopDetector, canonical, loop_message, truncate_output
+from service.core.tools.guards import LoopDetector, identity, loop_message, truncate_output
 from service.core.tools.registry import ToolCallInfo, ToolHandler, ToolRegistry
 from service.core.tools.templates import ResultMemory, TemplateError, has_templates, render
 from service.core.turn import ToolCall
@@ -160,7 +160,8 @@ class ToolExecutor:
         }
         with instruments.span(f"execute_tool {call.name}", attributes=attributes) as span:
             try:
-                repeats = self.loops.check(call.name, call.arguments)
+                key = identity(call.name, call.arguments)
+                repeats = self.loops.check(key)
                 if repeats:
                     self.out.emit(events.loop_detect(call.name, call.arguments, repeats))
                     decision = await self._loop_decision(call) if self.ask_on_loop else LOOP_SKIP
@@ -168,7 +169,7 @@ class ToolExecutor:
                         raise _Stopped("not executed: the user stopped the run")
                     if decision != LOOP_CONTINUE:
                         raise ToolError(loop_message(call.name, repeats))
-                outcome = await self._answer(call, tools)
+                outcome = await self._answer(call, key, tools)
             except _Stopped as stopped:
                 outcome = ToolOutcome(call, f"Error: {stopped}", error=True, stop=True)
             except ToolError as error:
@@ -187,10 +188,12 @@ class ToolExecutor:
             )
             return outcome
 
-    async def _answer(self, call: ToolCall, tools: Mapping[str, ToolDefinition]) -> ToolOutcome:
-        """The call's outcome: from the run's cache when it may be, else by running it."""
+    async def _answer(
+        self, call: ToolCall, key: tuple[str, str], tools: Mapping[str, ToolDefinition]
+    ) -> ToolOutcome:
+        """The call's outcome: from the run's cache (by its `identity`) when it may be, else
+        by running it."""
         definition = tools.get(call.name)
-        key = (call.name, canonical(call.arguments))
         cacheable = definition is not None and definition.cacheable and call.kind == "backend"
         if cacheable and key in self.cache:
             return ToolOutcome(call, self.cache[key], cached=True)

@@ -34,12 +34,17 @@ class LoopDetector:
         self.recent: deque[tuple[str, str]] = deque(maxlen=window)
         self.repeats = repeats
 
-    def check(self, name: str, arguments: str) -> int:
-        """Record the call; how many times it now occurs in the window if that is a loop, else 0."""
-        key = (name, canonical(arguments))
+    def check(self, key: tuple[str, str]) -> int:
+        """Record the call `key` (`identity`); how many times it now occurs in the window
+        if that is a loop, else 0."""
         self.recent.append(key)
         count = sum(1 for seen in self.recent if seen == key)
         return count if count >= self.repeats else 0
+
+
+def identity(name: str, arguments: str) -> tuple[str, str]:
+    """What makes two calls identical: the tool and its arguments in one spelling."""
+    return name, canonical(arguments)
 
 
 def canonical(arguments: str) -> str:
