@@ -88,6 +88,7 @@ from service.core.runstate import RunState
 from service.core.waits import WAIT_KINDS, OpenWait, WaitKind, Waits
 from service.state import redis_scripts as scripts
 from service.state.local_bus import live
+from service.state.redis_packing import packed
 from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
 from service.state.redis_streams import Mirror, Outbox, Owned
 
@@ -192,6 +193,8 @@ class RedisRunBus:
             socket_connect_timeout=reply_timeout_s,
             max_connections=MAX_CONNECTIONS,
         )
+        pool = self.redis.connection_pool
+        pool.connection_class = packed(pool.connection_class)
         self._register = self.redis.register_script(scripts.REGISTER)
         self._append = self.redis.register_script(scripts.APPEND)
         self._renew = self.redis.register_script(scripts.RENEW)
