@@ -1,19 +1,31 @@
 """The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left memory.
 
-Each run's complete log is written once when the run ends, as length-delimited
-`agw.v1.Event` messages in `{dir}/{runId}.events` (written to a temporary file
-and renamed, so a reader never sees half a log). Files older than the
-archive's time-to-live are pruned at start-up and then hourly.
+Every run's complete log is kept, as length-delimited `agw.v1.Event` messages,
+in one SQLite database, `{dir}/runs.sqlite3` (a row per run, written once when
+the run ends, in one transaction: a reader never sees half a log). One
+database rather than a file per run: creating a file allocates an inode, which
+on a file system that has seen many deletions costs the kernel more than the
+whole insert (~0.3 ms against ~0.07 ms of CPU here), and a week of runs is one
+file to back up instead of a directory of many. Rows older than the archive's
+time-to-live are pruned at start-up and then hourly. The database is in WAL
+mode with `synchronous=NORMAL`: a crash of the process loses nothing written,
+a power cut at most the last runs' logs (as the page cache would).
+
+One thread of its own runs every statement, so the event loop never waits for
+the disk and statements never overlap. Logs kept by earlier versions as
+`{dir}/{runId}.events` files are moved into the database at start-up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from google.protobuf.internal.decoder import _DecodeVarint32  # type: ignore[attr-defined]
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
@@ -52,58 +64,117 @@ def decode_events(data: bytes) -> list[Event]:
     return events
 
 
+T = TypeVar("T")
+
+DATABASE = "runs.sqlite3"
+PRUNE_EVERY_S = 3600.0
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS run_logs ("
+    " run_id TEXT PRIMARY KEY, saved_at REAL NOT NULL, events BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS run_logs_saved_at ON run_logs (saved_at)",
+)
+
+
 class FileRunLog:
-    """Writes and reads the event logs of ended runs, one file each."""
+    """Keeps and reads the event logs of ended runs in `{directory}/runs.sqlite3`."""
 
     def __init__(self, directory: Path, ttl_s: float) -> None:
         self.directory = directory
         self.ttl_s = ttl_s
         self._last_prune = 0.0
+        self._db: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-run-log")
 
-    def _path(self, run_id: str) -> Path | None:
-        return self.directory / f"{run_id}.events" if valid_run_id(run_id) else None
+    @property
+    def path(self) -> Path:
+        return self.directory / DATABASE
+
+    async def _run(self, func: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
 
     async def open(self) -> None:
-        await asyncio.to_thread(self.prune)
+        await self._run(self._open)
 
-    async def save(self, run_id: str, events: Sequence[Event]) -> None:
-        path = self._path(run_id)
-        if path is None:
-            return
-        await asyncio.to_thread(self._write, path, encode_events(events))
-        if time.monotonic() - self._last_prune > 3600:
-            await asyncio.to_thread(self.prune)
-
-    def _write(self, path: Path, data: bytes) -> None:
+    def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA busy_timeout = 5000")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            for statement in SCHEMA:
+                db.execute(statement)
+        except sqlite3.Error as error:
+            db.close()
+            raise RuntimeError(f"cannot use the run log {self.path}: {error}") from error
+        self._db = db
+        self._import_files()
+        self.prune()
 
-    async def close(self) -> None:
-        return None
-
-    async def load(self, run_id: str) -> list[Event] | None:
-        """The run's events, or None when the run was never archived (or was pruned)."""
-        path = self._path(run_id)
-        if path is None or not path.exists():
-            return None
-        return decode_events(await asyncio.to_thread(path.read_bytes))
-
-    def prune(self) -> int:
-        """Delete the logs older than the time-to-live; returns how many."""
-        self._last_prune = time.monotonic()
-        if not self.directory.exists():
-            return 0
-        horizon = time.time() - self.ttl_s
-        removed = 0
+    def _import_files(self) -> None:
+        """Move the logs kept as one file per run (earlier versions) into the database."""
+        moved = 0
         for path in self.directory.glob("*.events"):
+            run_id = path.stem
             try:
-                if path.stat().st_mtime < horizon:
-                    path.unlink()
-                    removed += 1
+                if valid_run_id(run_id):
+                    data = path.read_bytes()
+                    self._insert(run_id, path.stat().st_mtime, data)
+                    moved += 1
+                path.unlink()
             except FileNotFoundError:
                 continue
+        for path in self.directory.glob("*.tmp"):  # a write cut short
+            path.unlink(missing_ok=True)
+        if moved:
+            log.info("moved %d run logs from files into %s", moved, self.path)
+
+    def _insert(self, run_id: str, saved_at: float, data: bytes) -> None:
+        assert self._db is not None, "the run log is not open"
+        self._db.execute(
+            "INSERT OR REPLACE INTO run_logs (run_id, saved_at, events) VALUES (?, ?, ?)",
+            (run_id, saved_at, data),
+        )
+
+    async def save(self, run_id: str, events: Sequence[Event]) -> None:
+        if not valid_run_id(run_id):
+            return
+        prune = time.monotonic() - self._last_prune > PRUNE_EVERY_S
+        await self._run(self._save, run_id, encode_events(events), prune)
+
+    def _save(self, run_id: str, data: bytes, prune: bool) -> None:
+        self._insert(run_id, time.time(), data)
+        if prune:
+            self.prune()
+
+    async def load(self, run_id: str) -> list[Event] | None:
+        """The run's events, or None when the run was never kept (or has expired)."""
+        if not valid_run_id(run_id):
+            return None
+        data = await self._run(self._load, run_id)
+        return None if data is None else decode_events(data)
+
+    def _load(self, run_id: str) -> bytes | None:
+        assert self._db is not None, "the run log is not open"
+        row = self._db.execute(
+            "SELECT events FROM run_logs WHERE run_id = ? AND saved_at >= ?",
+            (run_id, time.time() - self.ttl_s),
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def prune(self) -> int:
+        """Delete the logs older than the time-to-live; returns how many (in its thread)."""
+        assert self._db is not None, "the run log is not open"
+        self._last_prune = time.monotonic()
+        removed = self._db.execute(
+            "DELETE FROM run_logs WHERE saved_at < ?", (time.time() - self.ttl_s,)
+        ).rowcount
         if removed:
             log.info("pruned %d archived run logs older than %.0fs", removed, self.ttl_s)
         return removed
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._run(self._db.close)
+            self._db = None
+        self._thread.shutdown(wait=True)

@@ -1,0 +1,95 @@
+"""The file run log: one SQLite database, kept across restarts, pruned, importing old files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from service.core import events
+from service.core.events import Event
+from service.state.run_files import DATABASE, FileRunLog, encode_events
+
+RUN = "0123456789abcdef"
+
+
+def ended_run(run_id: str, text: str) -> list[Event]:
+    log = [events.run_start("a"), events.content_delta("c1", text), events.run_complete("stop")]
+    for seq, event in enumerate(log, 1):
+        event.seq, event.run_id, event.chat_id = seq, run_id, "chat"
+    return log
+
+
+async def test_logs_outlive_the_process_in_one_file(tmp_path: Path) -> None:
+    first = FileRunLog(tmp_path / "runs", ttl_s=3600)
+    await first.open()
+    await first.save(RUN, ended_run(RUN, "hello"))
+    await first.save("fedcba9876543210", ended_run("fedcba9876543210", "other"))
+    await first.close()
+    assert sorted(p.name for p in (tmp_path / "runs").glob("*.events")) == []
+    again = FileRunLog(tmp_path / "runs", ttl_s=3600)
+    await again.open()
+    try:
+        assert await again.load(RUN) == ended_run(RUN, "hello")
+        assert await again.load("fedcba9876543210") == ended_run("fedcba9876543210", "other")
+        assert await again.load("ffffffffffffffff") is None
+        assert await again.load("../../etc/passwd") is None
+    finally:
+        await again.close()
+    assert (tmp_path / "runs" / DATABASE).is_file()
+
+
+async def test_a_second_save_of_a_run_replaces_its_log(tmp_path: Path) -> None:
+    log = FileRunLog(tmp_path, ttl_s=3600)
+    await log.open()
+    try:
+        await log.save(RUN, ended_run(RUN, "first"))
+        await log.save(RUN, ended_run(RUN, "second"))
+        assert await log.load(RUN) == ended_run(RUN, "second")
+    finally:
+        await log.close()
+
+
+async def test_expired_logs_are_neither_read_nor_kept(tmp_path: Path) -> None:
+    log = FileRunLog(tmp_path, ttl_s=0.2)
+    await log.open()
+    try:
+        await log.save(RUN, ended_run(RUN, "old"))
+        assert await log.load(RUN) == ended_run(RUN, "old")
+        await asyncio.sleep(0.3)
+        assert await log.load(RUN) is None
+        await log._run(log.prune)
+        log.ttl_s = 3600
+        assert await log.load(RUN) is None  # deleted, not only hidden
+    finally:
+        await log.close()
+
+
+async def test_logs_kept_as_files_by_earlier_versions_are_moved_in(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / f"{RUN}.events").write_bytes(encode_events(ended_run(RUN, "from a file")))
+    expired = runs / "fedcba9876543210.events"
+    expired.write_bytes(encode_events(ended_run("fedcba9876543210", "expired")))
+    week_ago = time.time() - 7 * 86400
+    os.utime(expired, (week_ago, week_ago))
+    (runs / f"{RUN}.tmp").write_bytes(b"half a write")
+    log = FileRunLog(runs, ttl_s=86400)
+    await log.open()
+    try:
+        assert await log.load(RUN) == ended_run(RUN, "from a file")
+        assert await log.load("fedcba9876543210") is None
+    finally:
+        await log.close()
+    assert sorted(p.name for p in runs.iterdir() if not p.name.startswith(DATABASE)) == []
+
+
+async def test_a_file_that_is_not_a_database_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / DATABASE).write_bytes(b"not a database, " * 512)
+    log = FileRunLog(tmp_path, ttl_s=3600)
+    with pytest.raises(RuntimeError, match=f"cannot use the run log {tmp_path / DATABASE}"):
+        await log.open()
+    await log.close()
