@@ -61,9 +61,18 @@ class JsonlChatStore:
         self._checked: set[str] = set()
         self._failed: set[str] = set()
         self._dirty: set[str] = set()
+        self._paths: dict[str, Path] = {}
 
     def path(self, chat_id: str) -> Path:
         return self.directory / f"{check_chat_id(chat_id)}.json"
+
+    def _written_path(self, chat_id: str) -> Path:
+        """The file of a chat this store writes, made once (a run writes to it three times;
+        only chats written to are remembered, never ids merely looked up)."""
+        path = self._paths.get(chat_id)
+        if path is None:
+            path = self._paths[chat_id] = self.path(chat_id)
+        return path
 
     # Index ----------------------------------------------------------------------
 
@@ -94,7 +103,7 @@ class JsonlChatStore:
     # Writing --------------------------------------------------------------------
 
     async def append(self, chat_id: str, records: list[Record]) -> None:
-        path = self.path(chat_id)
+        path = self._written_path(chat_id)
         if chat_id in self._failed:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         data = b"".join(encode_record(r) for r in records)
@@ -139,7 +148,7 @@ class JsonlChatStore:
         if self.fsync != "run" or chat_id not in self._dirty:
             return
         self._dirty.discard(chat_id)
-        path = self.path(chat_id)
+        path = self._written_path(chat_id)
 
         def fsync() -> None:
             fd = os.open(path, os.O_RDONLY)
