@@ -5,7 +5,7 @@
 | ChatStore | `jsonl` | one JSONL file per chat (`service/state/jsonl_chats.py`), the default |
 | ChatStore | `memory` | in-process (`service/state/memory.py`) |
 | ChatStore | `postgres` | PostgreSQL, shared by replicas (`service/state/postgres.py`) |
-| RunLog | `files` | one SQLite file, a row per ended run (`service/state/run_files.py`), the default |
+| RunLog | `files` | a SQLite file, a row per ended run (`state/run_files.py`), the default |
 | RunLog | `memory` | in-process |
 | RunLog | `postgres` | PostgreSQL |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
