@@ -461,9 +461,15 @@ class FrontDoor:
         return await self.chats.page(size, page_token, owner=principal)
 
     async def get_chat(
-        self, chat_id: str, principal: Principal = ANONYMOUS, *, include_records: bool = False
+        self,
+        chat_id: str,
+        principal: Principal = ANONYMOUS,
+        *,
+        include_records: bool = False,
+        history: bool = True,
     ) -> ChatView:
-        """The chat's history as replayable events (and its raw records on request)."""
+        """The chat's history as replayable events (and its raw records on request); without
+        `history`, only its name and live run (its records are not read)."""
         if not chat_id:
             raise InvalidRequest("chatId is required")
         check_chat_id(chat_id)
@@ -477,6 +483,14 @@ class FrontDoor:
         owner = summary.owner if summary is not None else live.owner if live else principal
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        if not history:
+            if summary is None and live is None:
+                raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+            return ChatView(
+                live_run=live if live is not None and live.owner == principal else None,
+                chat_id=chat_id,
+                chat_name=summary.chat_name if summary else "",
+            )
         try:
             records = await self.chats.read(chat_id)
         except ChatNotFound:

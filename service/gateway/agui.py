@@ -21,6 +21,7 @@ calls the service over the adapter's gRPC channel only, like every other route:
   AG-UI run with an `interrupt` outcome; the next input's `resume` entries are
   submitted as their answers, and the stream continues the same way.
   Nothing is kept between AG-UI runs: the waiting run is found through GetChat
+  (`liveRunOnly`: the thread's history is not read for it)
   and its projection rebuilt from its events (`agui_thread`), so the next
   input may reach any adapter process.
 
@@ -151,7 +152,7 @@ class AgUiEndpoint:
             return None
         try:
             chat: gw.GetChatResponse = await self.get_chat(
-                gw.GetChatRequest(chat_id=thread_id), metadata=metadata
+                gw.GetChatRequest(chat_id=thread_id, live_run_only=True), metadata=metadata
             )
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
@@ -170,6 +171,9 @@ class AgUiEndpoint:
         service says why it refuses them (expired, already answered) while it knows the run;
         else they answer nothing."""
         replies = answers or [(i, p) for i, _, p in run_input.resume]
+        if chat is not None and replies:  # the thread's last run, from its history
+            history = gw.GetChatRequest(chat_id=run_input.thread_id)
+            chat = await self.get_chat(history, metadata=metadata)
         if chat is not None and chat.events and replies:
             answer_id, payload = replies[0]
             submit = submit_request(run_input.thread_id, chat.events[-1].run_id, answer_id, payload)

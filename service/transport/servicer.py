@@ -163,7 +163,10 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     @unary
     async def GetChat(self, request: gw.GetChatRequest, context: Context) -> gw.GetChatResponse:
         view = await self.front.get_chat(
-            request.chat_id, principal(), include_records=request.include_raw_messages
+            request.chat_id,
+            principal(),
+            include_records=request.include_raw_messages,
+            history=not request.live_run_only,
         )
         return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
 

@@ -131,6 +131,15 @@ CASES = [
         "GetChat",
         "GET",
         "/api/chat",
+        params=[("chatId", "c1"), ("liveRunOnly", "true")],
+        sent=gw.GetChatRequest(chat_id="c1", live_run_only=True),
+        reply=gw.GetChatResponse(chat_id="c1", chat_name="Hi"),
+        data={"chatId": "c1", "chatName": "Hi"},
+    ),
+    Case(
+        "GetChat",
+        "GET",
+        "/api/chat",
         params=[("chatId", "c1"), ("includeRawMessages", "true")],
         sent=gw.GetChatRequest(chat_id="c1", include_raw_messages=True),
         reply=gw.GetChatResponse(

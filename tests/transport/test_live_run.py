@@ -95,3 +95,35 @@ async def test_a_live_run_is_shown_to_its_owner_only(
         submit_request.payload.string_value = "a"
         assert (await gateway.stub.Submit(submit_request, metadata=ALICE)).accepted
         assert [event.type async for event in call][-1] == "run.complete"
+
+
+async def test_live_run_only_answers_the_live_run_without_the_history(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(answer_turn("first answer"), PICK, answer_turn("a it is"))
+    async with tool_gateway(tmp_path, provider, AGENTS, auth_api_keys=KEYS) as gateway:
+        hello = gw.QueryRequest(agent_key="ui", message="Hi")
+        first = [event async for event in gateway.stub.Query(hello, metadata=ALICE)]
+        chat_id = first[0].chat_id
+        only = gw.GetChatRequest(chat_id=chat_id, live_run_only=True)
+        quiet = await gateway.stub.GetChat(only, metadata=ALICE)
+        assert (quiet.chat_id, quiet.chat_name, len(quiet.events)) == (chat_id, "Hi", 0)
+        assert not quiet.HasField("live_run") and not quiet.references
+        call = gateway.stub.Query(
+            gw.QueryRequest(agent_key="ui", chat_id=chat_id, message="Choose"), metadata=ALICE
+        )
+        end = await until(call, "tool.end", [])
+        live = await waiting(gateway, chat_id, ALICE)
+        chat = await gateway.stub.GetChat(only, metadata=ALICE)
+        assert chat.live_run == live and list(chat.events) == [] and not chat.raw_messages
+        full = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=chat_id), metadata=ALICE)
+        assert full.live_run == live and kinds(full.events)[:2] == ["request.query", "chat.start"]
+        for metadata, chat_wanted in ((BOB, chat_id), (ALICE, "no-such-chat")):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                request = gw.GetChatRequest(chat_id=chat_wanted, live_run_only=True)
+                await gateway.stub.GetChat(request, metadata=metadata)
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        answer = gw.SubmitRequest(run_id=end.run_id, tool_id=end.tool_end.tool_id)
+        answer.payload.string_value = "a"
+        assert (await gateway.stub.Submit(answer, metadata=ALICE)).accepted
+        assert [event.type async for event in call][-1] == "run.complete"

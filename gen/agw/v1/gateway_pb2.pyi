@@ -666,19 +666,25 @@ class GetChatRequest(_message.Message):
 
     CHAT_ID_FIELD_NUMBER: _builtins.int
     INCLUDE_RAW_MESSAGES_FIELD_NUMBER: _builtins.int
+    LIVE_RUN_ONLY_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
     """Id of the chat (required)."""
     include_raw_messages: _builtins.bool
     """Also return the stored model messages."""
+    live_run_only: _builtins.bool
+    """Return only the chat's id, name and run in progress, not its history: as cheap for a
+    long chat as for a short one (to learn whether the chat has a run to follow or answer).
+    """
     def __init__(
         self,
         *,
         chat_id: _builtins.str = ...,
         include_raw_messages: _builtins.bool = ...,
+        live_run_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "include_raw_messages", b"include_raw_messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "include_raw_messages", b"include_raw_messages", "live_run_only", b"live_run_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
