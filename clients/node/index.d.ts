@@ -242,7 +242,9 @@ export class AgwClient {
   listAgents(): Promise<Agent[]>;
   getAgent(agentKey: string): Promise<{ agent: Agent; definition: Record<string, Json> }>;
   listChats(options?: { pageSize?: number; pageToken?: string }): Promise<ListChatsResponse>;
-  getChat(chatId: string, options?: { includeRawMessages?: boolean }): Promise<GetChatResponse>;
+  getChat(
+    chatId: string, options?: { includeRawMessages?: boolean; liveRunOnly?: boolean },
+  ): Promise<GetChatResponse>;
   upload(
     name: string, content: Buffer, options?: { mimeType?: string; chatId?: string },
   ): Promise<UploadResponse>;

@@ -398,8 +398,8 @@ class AgwClient {
     return this._unary('ListChats', { pageSize, pageToken });
   }
 
-  getChat(chatId, { includeRawMessages = false } = {}) {
-    return this._unary('GetChat', { chatId, includeRawMessages });
+  getChat(chatId, { includeRawMessages = false, liveRunOnly = false } = {}) {
+    return this._unary('GetChat', { chatId, includeRawMessages, liveRunOnly });
   }
 
   upload(name, content, { mimeType = '', chatId = '' } = {}) {

@@ -178,6 +178,9 @@ async def test_chats_are_listed_and_read_back(gateway: Harness, provider: Loopba
         page = await agw.list_chats(page_size=1)
         everything = [chat.chat_id async for chat in agw.iter_chats(page_size=1)]
         history = await agw.get_chat(first.chat_id)
+        name_only = await agw.get_chat(first.chat_id, live_run_only=True)
+    assert (name_only.chat_name, list(name_only.events)) == ("First chat", [])
+    assert not name_only.HasField("live_run")
     assert [c.chat_id for c in page.chats] == [second.chat_id]
     assert everything == [second.chat_id, first.chat_id]
     assert history.chat_name == "First chat"

@@ -42,6 +42,10 @@ test('ask folds the answer and keeps the chat', async () => {
   const second = await agw.ask('plain', 'Hi', { chatId: first.chatId });
   assert.equal(second.chatId, first.chatId);
   assert.notEqual(second.runId, first.runId);
+  const history = await agw.getChat(first.chatId);
+  assert.equal(history.events.filter((e) => e.type === 'run.complete').length, 2);
+  const nameOnly = await agw.getChat(first.chatId, { liveRunOnly: true });
+  assert.deepEqual([nameOnly.chatName, nameOnly.events.length], [history.chatName, 0]);
 });
 
 test('a status carries its code, its reason and the class of the reason family', async () => {

@@ -210,10 +210,18 @@ class Client:
                 return
 
     def get_chat(
-        self, chat_id: str, *, include_raw_messages: bool = False, deadline: float | None = None
+        self,
+        chat_id: str,
+        *,
+        include_raw_messages: bool = False,
+        live_run_only: bool = False,
+        deadline: float | None = None,
     ) -> gw.GetChatResponse:
-        """A chat's history as replayable events."""
-        request = gw.GetChatRequest(chat_id=chat_id, include_raw_messages=include_raw_messages)
+        """A chat's history as replayable events (with `live_run_only`, only its name and
+        run in progress, its history not read)."""
+        request = gw.GetChatRequest(
+            chat_id=chat_id, include_raw_messages=include_raw_messages, live_run_only=live_run_only
+        )
         response: gw.GetChatResponse = self._unary(self.stub.GetChat, request, deadline)
         return response
 
