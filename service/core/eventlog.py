@@ -23,7 +23,7 @@ order, synchronously — like any reader, but without a position to keep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from time import time_ns
 from typing import Any, overload
 
@@ -193,21 +193,49 @@ class EventLog(Sequence[Event]):
         """The events with seq > `after_seq`: the appended ones, then the live ones, to the end."""
         index = max(after_seq, 0)
         log = self._events
+        new_waiter = asyncio.get_running_loop().create_future
         self.subscribers += 1
         try:
             while True:
                 while index < len(log):
                     index += 1
                     yield log[index - 1]
-                if self.done:
+                if self._done:
                     return
-                waiter = asyncio.get_running_loop().create_future()
+                waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
         finally:
-            self.subscribers -= 1
-            if self.subscribers == 0 and not self.done and self.on_unwatched is not None:
-                self.on_unwatched(self)
+            self._unsubscribe()
+
+    async def relay(self, after_seq: int, send: Callable[[Event], Awaitable[object]]) -> None:
+        """Await `send` with each event with seq > `after_seq`, in order, to the end of the run.
+
+        The events `follow` yields, handed on without an async generator in between:
+        on a live stream the reader is woken once per event, and each wake-up then
+        resumes one frame less and allocates no awaitable for the generator's step.
+        """
+        index = max(after_seq, 0)
+        log = self._events
+        new_waiter = asyncio.get_running_loop().create_future
+        self.subscribers += 1
+        try:
+            while True:
+                while index < len(log):
+                    index += 1
+                    await send(log[index - 1])
+                if self._done:
+                    return
+                waiter = new_waiter()
+                self._waiters.append(waiter)
+                await waiter
+        finally:
+            self._unsubscribe()
+
+    def _unsubscribe(self) -> None:
+        self.subscribers -= 1
+        if self.subscribers == 0 and not self._done and self.on_unwatched is not None:
+            self.on_unwatched(self)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -240,10 +240,10 @@ class ChatRecorder:
         return messages
 
     def _on_event(self, event: Event) -> None:
-        if event.parent_tool_id:  # a nested run's event: kept with the calling step
-            return
         field_name = event.WhichOneof("payload")
-        if field_name not in _WATCHED:  # the deltas, above all
+        if field_name not in _WATCHED:  # the deltas, above all (checked first: the cheapest)
+            return
+        if event.parent_tool_id:  # a nested run's event: kept with the calling step
             return
         if field_name == "content_start":
             self._shown_content.add(event.content_start.content_id)

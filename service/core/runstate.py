@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -109,6 +109,10 @@ class RunState:
 
     def follow(self, after_seq: int = 0) -> AsyncGenerator[Event, None]:
         return self.log.follow(after_seq)
+
+    def relay(self, after_seq: int, send: Callable[[Event], Awaitable[object]]) -> Awaitable[None]:
+        """Await `send` with each event after `after_seq` to the end (see `EventLog.relay`)."""
+        return self.log.relay(after_seq, send)
 
     def __repr__(self) -> str:
         return f"RunState({self.run_id!r}, chat={self.chat_id!r}, agent={self.agent_key!r})"

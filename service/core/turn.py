@@ -146,7 +146,8 @@ async def stream_turn(
     `action.*` with an `a_` id; any other call as a backend `tool.*` with the
     model's tool_call_id.
     """
-    emit = out.emit
+    # A scope without ids of its own adds nothing to an event: append straight to the log.
+    emit = out.emit if out.task_id or out.parent_tool_id else out.log.emit
     result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id)
     reasoning: list[str] = []
     content: list[str] = []

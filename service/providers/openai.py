@@ -283,7 +283,7 @@ class OpenAIChatClient:
         reading = watch.reading
         parser = SSEParser(options.max_sse_line_bytes, options.max_sse_event_bytes)
         feed = parser.feed
-        parse = self.parse_chunk
+        key, mask = self.key, self._mask  # `parse_chunk(key, data, mask)`: no method frame
         finished = False
         error: ProviderError | None = None
         try:
@@ -292,7 +292,7 @@ class OpenAIChatClient:
                     if data == "[DONE]":
                         await _drain(body)
                         return
-                    delta = parse(data)
+                    delta = parse_chunk(key, data, mask)
                     if delta is None:
                         continue
                     if delta.finish_reason is not None:

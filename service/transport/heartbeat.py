@@ -56,6 +56,7 @@ class StreamWriter:
         self.chat_id = chat_id
         self.heartbeats = 0
         self._beating = asyncio.Lock()  # held while a heartbeat is being sent
+        self._beat_sending = False  # whether it is held (an attribute read, not a call)
         self._writing = False  # an event's write is in flight
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
@@ -65,7 +66,7 @@ class StreamWriter:
 
     async def write(self, event: pb.Event) -> None:
         """Send `event` (after a heartbeat being sent, if one is)."""
-        if self._beating.locked():  # a heartbeat is being sent: wait for it to end; no
+        if self._beat_sending:  # a heartbeat is being sent: wait for it to end; no
             # other one can start before this write does (nothing suspends in between)
             async with self._beating:
                 pass
@@ -115,7 +116,11 @@ class StreamWriter:
         went away: nothing more to keep alive; the relay sees the failure too)."""
         try:
             async with self._beating:
-                await self.context.write(heartbeat(self.run_id, self.chat_id))
+                self._beat_sending = True
+                try:
+                    await self.context.write(heartbeat(self.run_id, self.chat_id))
+                finally:
+                    self._beat_sending = False
                 self.heartbeats += 1
         except asyncio.CancelledError:
             raise

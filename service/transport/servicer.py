@@ -9,6 +9,7 @@ each `heartbeat_s` of silence (0: never; see service/transport/heartbeat.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
@@ -52,6 +53,21 @@ def unary(
     return wrapper
 
 
+#: Hands each event of a stream to `send`, in order, to the stream's end.
+Relay: TypeAlias = Callable[[Callable[[pb.Event], Awaitable[object]]], Awaitable[None]]
+
+
+def _relay_of(events: AsyncGenerator[pb.Event, None]) -> Relay:
+    """The relay of an event iterator, which it closes whatever happens."""
+
+    async def relay(send: Callable[[pb.Event], Awaitable[object]]) -> None:
+        async with aclosing(events):
+            async for event in events:
+                await send(event)
+
+    return relay
+
+
 class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     """Serves the `agw.v1.AgentGateway` service from the core's front door."""
 
@@ -76,7 +92,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 writer = StreamWriter(
                     context, self.heartbeat_s, run_id=run.run_id, chat_id=run.chat_id
                 )
-                await self._write_all(run.follow(0), writer, "Query")
+                await self._write_all(functools.partial(run.relay, 0), writer, "Query")
             finally:
                 if not run.done and self.cancel_on_disconnect:
                     log.info("client of run %s went away; cancelling the run", run.run_id)
@@ -99,21 +115,16 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 run_id=request.run_id,
                 chat_id=local.chat_id if local is not None else "",
             )
-            await self._write_all(events, writer, "Attach")
+            await self._write_all(_relay_of(events), writer, "Attach")
 
-    async def _write_all(
-        self, events: AsyncGenerator[pb.Event, None], writer: StreamWriter, method: str
-    ) -> None:
-        """Write each event as one message (with heartbeats on silences), closing the
-        iterator whatever happens."""
+    async def _write_all(self, relay: Relay, writer: StreamWriter, method: str) -> None:
+        """Write each event `relay` hands on as one message (with heartbeats on silences)."""
         labels = {"rpc.method": method}
         active_streams.add(1, labels)
         context = writer.context
         writer.start()
         try:
-            async with aclosing(events):
-                async for event in events:
-                    await writer.write(event)
+            await relay(writer.write)
         except asyncio.CancelledError:
             raise
         except Exception:
