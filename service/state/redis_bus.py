@@ -74,7 +74,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core import events
@@ -210,9 +210,10 @@ class RedisRunBus:
         self._loading: dict[str, asyncio.Task[Mirror | None]] = {}  # mirrors being made
         self._channels: dict[bytes, Mirror] = {}  # channel -> the mirror its pushes fill
         self._subscriber = Subscriber(
-            self._pubsub_connection, self._pushed, self._resubscribed, self._check_s
+            self._own_connection, self._pushed, self._resubscribed, self._check_s
         )
         self._tasks: set[asyncio.Task[None]] = set()  # streams being read after a lost push
+        self._appender = self._own_connection()  # the outbox's, one append at a time
         self._outbox = Outbox(self._append_batches, self._fence, self._unknown, self.writable)
         self._loops: list[asyncio.Task[None]] = []
         self._declaring: set[asyncio.Task[bool]] = set()
@@ -261,6 +262,7 @@ class RedisRunBus:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._subscriber.close()
+        await self._appender.disconnect(nowait=True)
         self._loops = []
         for mirror in self._mirrors.values():
             mirror.finish()
@@ -303,8 +305,8 @@ class RedisRunBus:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
 
-    def _pubsub_connection(self) -> AbstractConnection:
-        """A connection of its own for the pub/sub reader (like the pool's)."""
+    def _own_connection(self) -> AbstractConnection:
+        """A connection of its own (like the pool's): for the pub/sub reader, the outbox."""
         pool = self.redis.connection_pool
         return pool.connection_class(**pool.connection_kwargs)
 
@@ -383,15 +385,30 @@ class RedisRunBus:
         return args
 
     async def _append_batches(self, batches: Sequence[tuple[Owned, list[Event]]]) -> list[object]:
-        """Append each run's batch under its fence, all in one round trip (the outbox's)."""
-        pipe = self.redis.pipeline(transaction=False)
+        """Append each run's batch under its fence, all in one round trip (the outbox's),
+        on the outbox's own connection: the commands packed at once, the answers read."""
+        commands = []
         for owned, batch in batches:
             keys = self.keys.appending(owned.run.run_id, owned.run.chat_id)
-            pipe.evalsha(self._append.sha, len(keys), *keys, *self._append_args(owned, batch))
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+            args = self._append_args(owned, batch)
+            commands.append(("EVALSHA", self._append.sha, len(keys), *keys, *args))
+        conn = self._appender
+        results: list[object] = []
+        try:
+            if not conn.is_connected:
+                await conn.connect()  # type: ignore[no-untyped-call]
+            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            for _command in commands:
+                try:
+                    results.append(int(await conn.read_response()))
+                except ResponseError as error:
+                    results.append(error)
+        except BaseException:
+            await conn.disconnect(nowait=True)  # answers may be left unread on it
+            raise
         if any(isinstance(result, NoScriptError) for result in results):
             await self.redis.script_load(scripts.APPEND)  # the server lost its scripts
-        return [r if isinstance(r, Exception) else int(r) for r in results]
+        return results
 
     def _fence(self, owned: Owned) -> None:
         """Another replica declared this one lost for the run: stop it here, write nothing."""
