@@ -14,17 +14,22 @@ each run's latest state), so any replica can say what a live run waits for
 (`live_of`), with the stream's last entry as its last seq.
 
 *Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
-and appends what waits, every run's events in one pipelined round trip, with a
-script that first checks the run's fence. The terminal event's append also
-marks the run ended, frees the chat (marking it settling until `settled`) and
-gives the stream and meta their expiry. Another replica follows a run through
-a mirror (`redis_streams.Mirror`): the stream as read so far (`XRANGE`), then
-filled by the replica's one reader, which waits on every followed stream at
-once (`XREAD BLOCK`); a stream-borne wake-up adds a newly followed run.
+and appends what waits, every run's events in one pipelined round trip on a
+connection of its own, with a script that first checks the run's fence and
+also publishes the events it added on the run's channel. The terminal event's
+append also marks the run ended, frees the chat (marking it settling until
+`settled`) and gives the stream and meta their expiry. Another replica follows
+a run through a mirror (`redis_streams.Mirror`): it subscribes to the run's
+channel on its one pub/sub connection (`redis_streams.Subscriber`) first, then
+reads the stream so far (`XRANGE`); the pushes fill the mirror from there,
+duplicates dropped. The stream stays the record: a gap in the pushed seqs, a
+new pub/sub connection (the last one cut, also by Redis for a full output
+buffer) or a followed run that made no progress has the mirror read its stream
+again after its last event.
 
 *Owner failure.* The owner renews the lease of each live run every third of
-its time to live. The reader (for a followed run that made no progress for a
-quarter of the lease), a query meeting the chat's active run, a Submit or a
+its time to live. The mirrors' check (for a followed run that made no progress
+for a quarter of the lease), a query meeting the chat's active run, a Submit or a
 Cancel, `wait_ended`, and each replica's janitor (every lease period, over the
 runs not ended) check the lease; when it has expired, one of them declares the
 owner lost atomically (the lease is gone and the run has not ended: the fence
@@ -735,6 +740,7 @@ class RedisRunBus:
         self._channels[channel] = mirror  # what is pushed from now on waits in it
         try:
             await self._subscriber.subscribe(channel)
+            connection = self._subscriber.connections
             pipe = self.redis.pipeline(transaction=True)  # what is there, and the status, at once
             pipe.xrange(self.keys.events(run_id))
             pipe.hget(self.keys.meta(run_id), "status")
@@ -745,7 +751,8 @@ class RedisRunBus:
         if status is None and not entries:
             self._unsubscribe(mirror)
             return None
-        if mirror.load(_events_of(entries), done=status is None or _text(status) == ENDED):
+        gap = mirror.load(_events_of(entries), done=status is None or _text(status) == ENDED)
+        if gap or connection != self._subscriber.connections:  # pushes may have been lost
             self._catch_up(mirror)
         if mirror.done:
             self._unsubscribe(mirror)
@@ -787,7 +794,7 @@ class RedisRunBus:
                 self._catch_up(mirror)
 
     def _catch_up(self, mirror: Mirror) -> None:
-        if mirror.catching_up:
+        if mirror.catching_up or mirror.done:
             return
         mirror.catching_up = True
         task = asyncio.create_task(self._read_after(mirror))

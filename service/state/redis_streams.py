@@ -292,6 +292,7 @@ class Subscriber:
         self._pongs: dict[bytes, asyncio.Future[None]] = {}
         self._tokens = itertools.count()
         self._flushing: asyncio.Task[None] | None = None
+        self.connections = 0  # how many connections were made so far (the last one's number)
 
     async def subscribe(self, channel: bytes) -> None:
         """Subscribe to `channel`; return once Redis has it. A `ConnectionError` when the
@@ -364,6 +365,7 @@ class Subscriber:
                 self._failed = True
                 raise
             self._conn = conn
+            self.connections += 1
             self._failed = False
             self._connected.set()
             await self._read(conn)
