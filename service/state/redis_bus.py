@@ -66,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import io
 import logging
 import os
 import secrets
@@ -103,6 +104,7 @@ SETTLE_MARK_S = 30.0  # a settling mark outlives an owner that died before settl
 SETTLE_WAIT_S = 10.0  # a new run waits at most this long for the chat's last run to settle
 INBOX_POLL_S = 1.0  # an inbox is read with BLPOP for this long at a time
 MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
+CLOSE_WAIT_S = 5.0  # how long `close` waits for its tasks to stop
 MAX_CONNECTIONS = 1024  # to Redis, per replica (forwarded calls each hold one while waiting)
 #: Why a lost run's tools stopped waiting.
 GONE = "the run ended: the replica executing it was lost"
@@ -265,7 +267,16 @@ class RedisRunBus:
             tasks.append(self._outbox.task)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # a task that does not stop is named, not waited for forever
+            stopped, stuck = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in stopped:
+                if not task.cancelled():
+                    task.exception()  # retrieved: whatever it ended with is over
+            for task in stuck:
+                stack = io.StringIO()
+                task.print_stack(file=stack)
+                where = stack.getvalue()
+                log.warning("replica %s: a task did not stop at close: %s", self.replica_id, where)
         await self._subscriber.close()
         await self._appender.disconnect(nowait=True)
         self._loops = []
