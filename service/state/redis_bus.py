@@ -190,7 +190,7 @@ class RedisRunBus:
         self.stream_maxlen = stream_maxlen
         self.reply_timeout_s = reply_timeout_s
         self.keys = Keys(prefix)
-        # Reads may block for a while (XREAD BLOCK, BLPOP): the socket time-out is beyond them.
+        # Reads may block for a while (BLPOP): the socket time-out is beyond them.
         timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
         self.redis = aioredis.Redis.from_url(
             url,
