@@ -14,17 +14,22 @@ each run's latest state), so any replica can say what a live run waits for
 (`live_of`), with the stream's last entry as its last seq.
 
 *Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
-and appends what waits, every run's events in one pipelined round trip, with a
-script that first checks the run's fence. The terminal event's append also
-marks the run ended, frees the chat (marking it settling until `settled`) and
-gives the stream and meta their expiry. Another replica follows a run through
-a mirror (`redis_streams.Mirror`): the stream as read so far (`XRANGE`), then
-filled by the replica's one reader, which waits on every followed stream at
-once (`XREAD BLOCK`); a stream-borne wake-up adds a newly followed run.
+and appends what waits, every run's events in one pipelined round trip on a
+connection of its own, with a script that first checks the run's fence and
+also publishes the events it added on the run's channel. The terminal event's
+append also marks the run ended, frees the chat (marking it settling until
+`settled`) and gives the stream and meta their expiry. Another replica follows
+a run through a mirror (`redis_streams.Mirror`): it subscribes to the run's
+channel on its one pub/sub connection (`redis_streams.Subscriber`) first, then
+reads the stream so far (`XRANGE`); the pushes fill the mirror from there,
+duplicates dropped. The stream stays the record: a gap in the pushed seqs, a
+new pub/sub connection (the last one cut, also by Redis for a full output
+buffer) or a followed run that made no progress has the mirror read its stream
+again after its last event.
 
 *Owner failure.* The owner renews the lease of each live run every third of
-its time to live. The reader (for a followed run that made no progress for a
-quarter of the lease), a query meeting the chat's active run, a Submit or a
+its time to live. The mirrors' check (for a followed run that made no progress
+for a quarter of the lease), a query meeting the chat's active run, a Submit or a
 Cancel, `wait_ended`, and each replica's janitor (every lease period, over the
 runs not ended) check the lease; when it has expired, one of them declares the
 owner lost atomically (the lease is gone and the run has not ended: the fence
@@ -61,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import io
 import logging
 import os
 import secrets
@@ -72,10 +78,10 @@ from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.typing import KeyT, StreamIdT
 
 from service.core import events
 from service.core.commands import Principal, SubmitCommand, SubmitResult
@@ -90,15 +96,15 @@ from service.state import redis_scripts as scripts
 from service.state.local_bus import live
 from service.state.redis_packing import packed
 from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
-from service.state.redis_streams import Mirror, Outbox, Owned
+from service.state.redis_streams import Mirror, Outbox, Owned, Subscriber
 
 log = logging.getLogger("agw.bus")
 
-READ_COUNT = 512  # events read per stream and round trip
 SETTLE_MARK_S = 30.0  # a settling mark outlives an owner that died before settling
 SETTLE_WAIT_S = 10.0  # a new run waits at most this long for the chat's last run to settle
 INBOX_POLL_S = 1.0  # an inbox is read with BLPOP for this long at a time
 MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
+CLOSE_WAIT_S = 5.0  # how long `close` waits for its tasks to stop
 MAX_CONNECTIONS = 1024  # to Redis, per replica (forwarded calls each hold one while waiting)
 #: Why a lost run's tools stopped waiting.
 GONE = "the run ended: the replica executing it was lost"
@@ -184,7 +190,7 @@ class RedisRunBus:
         self.stream_maxlen = stream_maxlen
         self.reply_timeout_s = reply_timeout_s
         self.keys = Keys(prefix)
-        # Reads may block for a while (XREAD BLOCK, BLPOP): the socket time-out is beyond them.
+        # Reads may block for a while (BLPOP): the socket time-out is beyond them.
         timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
         self.redis = aioredis.Redis.from_url(
             url,
@@ -208,7 +214,13 @@ class RedisRunBus:
         self._runs: dict[str, Owned] = {}
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
         self._mirrors: dict[str, Mirror] = {}
-        self._woken: StreamIdT = "0-0"  # where the reader's wake-up stream was read to
+        self._loading: dict[str, asyncio.Task[Mirror | None]] = {}  # mirrors being made
+        self._channels: dict[bytes, Mirror] = {}  # channel -> the mirror its pushes fill
+        self._subscriber = Subscriber(
+            self._own_connection, self._pushed, self._resubscribed, self._check_s
+        )
+        self._tasks: set[asyncio.Task[None]] = set()  # streams being read after a lost push
+        self._appender = self._own_connection()  # the outbox's, one append at a time
         self._outbox = Outbox(self._append_batches, self._fence, self._unknown, self.writable)
         self._loops: list[asyncio.Task[None]] = []
         self._declaring: set[asyncio.Task[bool]] = set()
@@ -239,7 +251,8 @@ class RedisRunBus:
             "leases": self._renew_leases,
             "inbox": self._serve_inbox,
             "janitor": self._janitor,
-            "reader": self._read_mirrors,
+            "reader": self._read_pushed,
+            "mirrors": self._watch_mirrors,
             "waits": self._write_waits,
         }
         self._loops = [
@@ -249,12 +262,23 @@ class RedisRunBus:
         log.info("run bus on Redis as replica %s", self.replica_id)
 
     async def close(self) -> None:
-        tasks = [*self._loops, *self._declaring]
+        tasks = [*self._loops, *self._declaring, *self._tasks, *self._loading.values()]
         if self._outbox.task is not None:
             tasks.append(self._outbox.task)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # a task that does not stop is named, not waited for forever
+            stopped, stuck = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in stopped:
+                if not task.cancelled():
+                    task.exception()  # retrieved: whatever it ended with is over
+            for task in stuck:
+                stack = io.StringIO()
+                task.print_stack(file=stack)
+                where = stack.getvalue()
+                log.warning("replica %s: a task did not stop at close: %s", self.replica_id, where)
+        await self._subscriber.close()
+        await self._appender.disconnect(nowait=True)
         self._loops = []
         for mirror in self._mirrors.values():
             mirror.finish()
@@ -296,6 +320,11 @@ class RedisRunBus:
     async def writable(self) -> None:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
+
+    def _own_connection(self) -> AbstractConnection:
+        """A connection of its own (like the pool's): for the pub/sub reader, the outbox."""
+        pool = self.redis.connection_pool
+        return pool.connection_class(**pool.connection_kwargs)
 
     @contextlib.asynccontextmanager
     async def _reaching(self, operation: str, *, timed: bool = True) -> AsyncIterator[None]:
@@ -365,21 +394,37 @@ class RedisRunBus:
             "",
             round(self.stream_ttl_s * 1000) if terminal else 0,
             round(SETTLE_MARK_S * 1000),
+            self.keys.channel(run.run_id),
         ]
         for event in batch:
             args += [event.seq, event.SerializeToString()]
         return args
 
     async def _append_batches(self, batches: Sequence[tuple[Owned, list[Event]]]) -> list[object]:
-        """Append each run's batch under its fence, all in one round trip (the outbox's)."""
-        pipe = self.redis.pipeline(transaction=False)
+        """Append each run's batch under its fence, all in one round trip (the outbox's),
+        on the outbox's own connection: the commands packed at once, the answers read."""
+        commands = []
         for owned, batch in batches:
             keys = self.keys.appending(owned.run.run_id, owned.run.chat_id)
-            pipe.evalsha(self._append.sha, len(keys), *keys, *self._append_args(owned, batch))
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+            args = self._append_args(owned, batch)
+            commands.append(("EVALSHA", self._append.sha, len(keys), *keys, *args))
+        conn = self._appender
+        results: list[object] = []
+        try:
+            if not conn.is_connected:
+                await conn.connect()  # type: ignore[no-untyped-call]
+            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            for _command in commands:
+                try:
+                    results.append(int(await conn.read_response()))
+                except ResponseError as error:
+                    results.append(error)
+        except BaseException:
+            await conn.disconnect(nowait=True)  # answers may be left unread on it
+            raise
         if any(isinstance(result, NoScriptError) for result in results):
             await self.redis.script_load(scripts.APPEND)  # the server lost its scripts
-        return [r if isinstance(r, Exception) else int(r) for r in results]
+        return results
 
     def _fence(self, owned: Owned) -> None:
         """Another replica declared this one lost for the run: stop it here, write nothing."""
@@ -428,7 +473,15 @@ class RedisRunBus:
             if owned.live:  # no terminal event went out (the run never started)
                 await self._append(
                     keys=self.keys.appending(run.run_id, run.chat_id),
-                    args=[owned.fence, self.stream_maxlen, run.run_id, "", self._end_ms, 0],
+                    args=[
+                        owned.fence,
+                        self.stream_maxlen,
+                        run.run_id,
+                        "",
+                        self._end_ms,
+                        0,
+                        self.keys.channel(run.run_id),
+                    ],
                 )
                 owned.published_end = True
         freed = self._freed.pop(run.run_id, None)
@@ -683,47 +736,108 @@ class RedisRunBus:
         mirror = self._mirrors.get(run_id)
         if mirror is not None or not valid_run_id(run_id):
             return mirror
-        pipe = self.redis.pipeline(transaction=True)  # what is there, and the status, at once
-        pipe.xrange(self.keys.events(run_id))
-        pipe.hget(self.keys.meta(run_id), "status")
-        entries, status = await pipe.execute()
+        loading = self._loading.get(run_id)
+        if loading is None:  # one load per run, whoever asks meanwhile
+            loading = asyncio.create_task(self._load_mirror(run_id))
+            self._loading[run_id] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(run_id, None))
+        return await asyncio.shield(loading)
+
+    async def _load_mirror(self, run_id: str) -> Mirror | None:
+        """Subscribe to the run's channel, then read its stream: an event is in one or the
+        other (or both: the mirror drops duplicates)."""
+        mirror = Mirror(run_id)
+        channel = self.keys.channel(run_id).encode()
+        self._channels[channel] = mirror  # what is pushed from now on waits in it
+        try:
+            await self._subscriber.subscribe(channel)
+            connection = self._subscriber.connections
+            pipe = self.redis.pipeline(transaction=True)  # what is there, and the status, at once
+            pipe.xrange(self.keys.events(run_id))
+            pipe.hget(self.keys.meta(run_id), "status")
+            entries, status = await pipe.execute()
+        except BaseException:
+            self._unsubscribe(mirror)
+            raise
         if status is None and not entries:
+            self._unsubscribe(mirror)
             return None
-        mirror = self._mirrors.get(run_id)  # made by another follower meanwhile
-        if mirror is not None:
-            return mirror
-        done = status is None or _text(status) == ENDED
-        mirror = Mirror(run_id, _events_of(entries), done)
+        gap = mirror.load(_events_of(entries), done=status is None or _text(status) == ENDED)
+        if gap or connection != self._subscriber.connections:  # pushes may have been lost
+            self._catch_up(mirror)
+        if mirror.done:
+            self._unsubscribe(mirror)
         mirror.on_idle = self._idle_mirror
         self._mirrors[run_id] = mirror
-        if not mirror.done:
-            wake = self.keys.wake(self.replica_id)
-            await self.redis.xadd(wake, {"run": run_id}, maxlen=16, approximate=True)
         return mirror
+
+    def _unsubscribe(self, mirror: Mirror) -> None:
+        channel = self.keys.channel(mirror.run_id).encode()
+        if self._channels.get(channel) is mirror:
+            del self._channels[channel]
+            self._subscriber.unsubscribe(channel)
 
     def _idle_mirror(self, mirror: Mirror) -> None:
         if mirror.done:  # a run still going keeps its mirror a while, for re-attaching
             self._drop_mirror(mirror)
 
     def _drop_mirror(self, mirror: Mirror) -> None:
+        self._unsubscribe(mirror)
         if self._mirrors.get(mirror.run_id) is mirror:
             del self._mirrors[mirror.run_id]
 
-    async def _read_mirrors(self) -> None:
-        """Fill the mirrors: one `XREAD BLOCK` on every followed stream and the wake-up one."""
+    def _pushed(self, channel: bytes, data: bytes) -> None:
+        """Events an owner appended, pushed on the run's channel: into its mirror."""
+        mirror = self._channels.get(channel)
+        if mirror is None:
+            return  # unsubscribed meanwhile
+        gap = mirror.offer(scripts.unpack_pushed(data))
+        if mirror.done:
+            self._unsubscribe(mirror)
+        elif gap and mirror.loaded:  # a push was lost: read the stream from the mirror's last
+            self._catch_up(mirror)
+
+    def _resubscribed(self) -> None:
+        """A new pub/sub connection has every channel again: what was pushed meanwhile is
+        read from the streams."""
+        for mirror in self._channels.values():
+            if mirror.loaded and not mirror.done:
+                self._catch_up(mirror)
+
+    def _catch_up(self, mirror: Mirror) -> None:
+        if mirror.catching_up or mirror.done:
+            return
+        mirror.catching_up = True
+        task = asyncio.create_task(self._read_after(mirror))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read_after(self, mirror: Mirror) -> None:
+        """Read the mirror's stream after its last event, until no push waits behind a gap
+        (a failure is left to the check of the mirrors that make no progress)."""
+        try:
+            for _ in range(3):
+                entries = await self.redis.xrange(
+                    self.keys.events(mirror.run_id), min=f"(0-{mirror.last}"
+                )
+                gap = mirror.extend(_events_of(entries))
+                if mirror.done:
+                    self._unsubscribe(mirror)
+                if not gap or not entries:
+                    return
+        except (RedisError, OSError) as error:
+            log.warning("run %s: cannot read its stream (%s)", mirror.run_id, error)
+        finally:
+            mirror.catching_up = False
+
+    async def _read_pushed(self) -> None:
+        """The pub/sub connection's life (see `Subscriber`)."""
+        await self._subscriber.run()
+
+    async def _watch_mirrors(self) -> None:
+        """Twice per check period: look at the followed runs."""
+        await asyncio.sleep(self._check_s / 2)
         await self._check_mirrors()
-        wake = self.keys.wake(self.replica_id)
-        live = {self.keys.events(m.run_id): m for m in self._mirrors.values() if not m.done}
-        streams: dict[KeyT, StreamIdT] = {key: f"0-{m.last}" for key, m in live.items()}
-        streams[wake] = self._woken
-        block_ms = max(1, round(self._check_s * 1000))
-        reply: Any = await self.redis.xread(streams, count=READ_COUNT, block=block_ms)
-        for name, entries in reply or ():
-            key = _text(name)
-            if key == wake:
-                self._woken = entries[-1][0]
-            elif (mirror := live.get(key)) is not None:
-                mirror.extend(_events_of(entries))
 
     async def _check_mirrors(self) -> None:
         """Look at the owners of the followed runs that made no progress for a while, and
@@ -747,9 +861,9 @@ class RedisRunBus:
         for n, mirror in enumerate(stalled):
             entries, status, leased = results[3 * n : 3 * n + 3]
             mirror.progress_at = now
-            if entries:
-                continue  # the next read brings them
-            if status is None and mirror.events:  # Redis lost the run (restarted empty)
+            if entries:  # pushes were lost: read them from the stream
+                self._catch_up(mirror)
+            elif status is None and mirror.events:  # Redis lost the run (restarted empty)
                 mirror.extend(_vanished(mirror))
             elif status is None or _text(status) == ENDED:
                 mirror.finish()  # nothing after what was read, and nothing more will come
@@ -757,6 +871,8 @@ class RedisRunBus:
                 task = asyncio.create_task(self.declare_lost(mirror.run_id))
                 self._declaring.add(task)
                 task.add_done_callback(self._declaring.discard)
+            if mirror.done:
+                self._unsubscribe(mirror)
 
     # -- owner failure -----------------------------------------------------------------
 
@@ -780,7 +896,9 @@ class RedisRunBus:
         )
         closing = _closing_events(meta.run_id, meta.chat_id, logged, lost)
         top = logged[-1].seq if logged else 0
-        args: list[Any] = [fence, self.stream_maxlen, run_id, top, round(self.lost_ttl_s * 1000), 0]
+        lost_ms = round(self.lost_ttl_s * 1000)
+        channel = self.keys.channel(run_id)
+        args: list[Any] = [fence, self.stream_maxlen, run_id, top, lost_ms, 0, channel]
         for event in closing:
             args += [event.seq, event.SerializeToString()]
         keys = self.keys.appending(run_id, meta.chat_id)

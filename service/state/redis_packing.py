@@ -1,9 +1,8 @@
 """Redis commands packed into the wire protocol by hiredis, in C.
 
 redis-py's asyncio connections pack every command in Python, one `encode` per
-argument: for the run bus, whose reader sends one `XREAD` naming every followed
-stream and whose outbox appends every delta, that packing was the largest cost
-of the Redis hop (about a fifth of the bus's CPU, measured by `bench.redis_hop`
+argument: for the run bus, whose outbox appends every delta, that packing was
+the largest cost of the Redis hop (about a fifth of the bus's CPU, measured by `bench.redis_hop`
 under cProfile). `hiredis.pack_command` writes the same bytes. Its synchronous
 connections already use it; `packed` gives an asyncio connection class the
 same packer, keeping everything else (TCP, TLS or unix socket) as it is.

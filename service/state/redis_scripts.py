@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from service.core.events import Event
+
 #: A run's status in its meta: executing, its owner declared lost (ending), ended.
 RUNNING, LOST, ENDED = "running", "lost", "ended"
 #: What APPEND and RENEW answer when the run's meta is gone (Redis lost its data).
@@ -58,9 +60,9 @@ class Keys:
         """List: the Submit and Cancel requests for the runs of the replica."""
         return f"{self.prefix}replica:{replica}:inbox"
 
-    def wake(self, replica: str) -> str:
-        """Stream: wakes the replica's reader when it has a new run to follow."""
-        return f"{self.prefix}replica:{replica}:wake"
+    def channel(self, run_id: str) -> str:
+        """Pub/sub channel: each append of the run's events, as it is made (`APPEND`)."""
+        return f"{self.prefix}run:{run_id}:pushed"
 
     def reply(self) -> str:
         """List: the one answer to one request (a new key each time); `<reply>:want`
@@ -96,11 +98,13 @@ return ''
 #: Appends events (seq, data pairs) when the fence holds (else 0; -2 when the run's meta is
 #: gone: Redis lost its data), skipping those already
 #: there (a retried append); -1 when the stream does not end at the expected seq (ARGV[4];
-#: '' for any). With an end time-to-live (ARGV[5] > 0) the run ends: its status, expiries,
+#: '' for any). The events it added are also published, in one message, on the run's
+#: channel (ARGV[7]): each one's size (4 bytes, big-endian) then its data (`unpack_pushed`).
+#: With an end time-to-live (ARGV[5] > 0) the run ends: its status, expiries,
 #: lease, active set, and its chat claim, if still the run's, freed and marked settling for
 #: ARGV[6] ms (0: not marked).
 #: KEYS: `Keys.appending`; ARGV: fence, maxlen, run, expected last seq, end ttl ms, settle ms,
-#: seq1, data1, seq2, data2, ...
+#: channel, seq1, data1, seq2, data2, ...
 APPEND = """
 local fence = redis.call('HGET', KEYS[1], 'fence')
 if fence == false then return -2 end
@@ -109,11 +113,14 @@ local top = 0
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last > 0 then top = tonumber(string.sub(last[1][1], 3)) end
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= top then return -1 end
-for i = 7, #ARGV, 2 do
+local pushed = {}
+for i = 8, #ARGV, 2 do
   if tonumber(ARGV[i]) > top then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
+    pushed[#pushed + 1] = struct.pack('>I4', #ARGV[i + 1]) .. ARGV[i + 1]
   end
 end
+if #pushed > 0 then redis.call('PUBLISH', ARGV[7], table.concat(pushed)) end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('HSET', KEYS[1], 'status', 'ended')
@@ -181,3 +188,15 @@ COMPARE_DELETE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def unpack_pushed(data: bytes) -> list[Event]:
+    """The events of a message `APPEND` published."""
+    found: list[Event] = []
+    at, end = 0, len(data)
+    while at < end:
+        size = int.from_bytes(data[at : at + 4])
+        at += 4
+        found.append(Event.FromString(data[at : at + size]))
+        at += size
+    return found

@@ -15,12 +15,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from redis.exceptions import RedisError
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError, RedisError
 
 from service.core.events import TERMINALS, Event
 from service.core.runstate import RunState
@@ -29,6 +33,7 @@ from service.state.redis_scripts import GONE
 log = logging.getLogger("agw.bus")
 
 MAX_BATCH = 256  # events of one run per append
+RECONNECT_S = 0.05  # the pause before the pub/sub connection, once cut, is made again
 
 
 def is_terminal(event: Event) -> bool:
@@ -144,41 +149,84 @@ class Outbox:
 
 
 class Mirror:
-    """A run of another replica: its events so far, read from its stream, and its readers."""
+    """A run of another replica: its events so far, read from its stream or pushed on its
+    channel, and its readers."""
 
-    def __init__(self, run_id: str, events: Sequence[Event], done: bool) -> None:
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.events: list[Event] = []
-        self.offset = events[0].seq - 1 if events else 0  # the stream may have been trimmed
+        self.offset = 0  # the seq before its first event (the stream may have been trimmed)
+        self.loaded = False  # the stream was read once (pushes before that wait in `ahead`)
+        self.ahead: list[Event] = []  # pushed after a gap: kept until the gap is filled
+        self.catching_up = False  # the stream is being read after `last`
         self.done = False
         self.followers = 0
         self.progress_at = time.monotonic()  # when events last came (or the owner was checked)
         self.idle_since = time.monotonic()  # when it last had no follower
         self.on_idle: Callable[[Mirror], None] | None = None  # its last follower left
         self._waiters: list[asyncio.Future[None]] = []
-        self.extend(events)
-        if done:
-            self.finish()
 
     @property
     def last(self) -> int:
         """The seq of its last event (what the stream is read after)."""
         return self.events[-1].seq if self.events else self.offset
 
-    def extend(self, events: Sequence[Event]) -> None:
-        """Add the events read after `last` (older ones are skipped), waking the followers."""
+    def load(self, events: Sequence[Event], done: bool) -> bool:
+        """Its stream as first read (`done`: the run ended); True when pushed events wait
+        behind a gap (the stream is to be read again)."""
+        if events and not self.events:
+            self.offset = events[0].seq - 1
+        self.loaded = True
+        gap = self.extend(events)
+        if done:
+            self.finish()
+        return gap and not self.done
+
+    def extend(self, events: Sequence[Event]) -> bool:
+        """Add the events read from the stream after `last` (older ones are skipped; the
+        stream is the truth, so a seq it skipped was trimmed), then those pushed that now
+        follow on; True when pushed events still wait behind a gap."""
+        added = False
         for event in events:
             if self.done or event.seq <= self.last:
                 continue
-            self.events.append(event)
-            if is_terminal(event):
-                self.done = True
-        self.progress_at = time.monotonic()
-        self._wake()
+            self._add(event)
+            added = True
+        gap = self.offer(())
+        if added:
+            self.progress_at = time.monotonic()
+            self._wake()
+        return gap
+
+    def offer(self, pushed: Sequence[Event]) -> bool:
+        """Add pushed events: those that follow on `last` at once (duplicates are dropped),
+        the others kept in `ahead`; True when some wait there behind a gap."""
+        waiting = [*self.ahead, *pushed] if self.ahead else pushed
+        kept: list[Event] = []
+        added = False
+        for event in waiting:
+            if self.done or event.seq <= self.last:
+                continue
+            if event.seq == self.last + 1 and (self.loaded or self.events or event.seq == 1):
+                self._add(event)
+                added = True
+            else:
+                kept.append(event)
+        self.ahead = [e for e in kept if e.seq > self.last] if not self.done else []
+        if added:
+            self.progress_at = time.monotonic()
+            self._wake()
+        return bool(self.ahead)
+
+    def _add(self, event: Event) -> None:
+        self.events.append(event)
+        if is_terminal(event):
+            self.done = True
 
     def finish(self) -> None:
         """Nothing more will come (the run ended, or its stream is gone)."""
         self.done = True
+        self.ahead = []
         self.progress_at = time.monotonic()
         self._wake()
 
@@ -211,3 +259,151 @@ class Mirror:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class Subscriber:
+    """The replica's one pub/sub connection: the channels of the runs it follows.
+
+    A channel is subscribed before its stream is read (`subscribe` returns once Redis
+    has it), so an event is in what was read or pushed afterwards, or both. A push
+    lost — the connection cut, or dropped by Redis for a full output buffer — shows
+    as a gap (the next push's seq) or as a reconnection: `resubscribed` is called
+    once every channel is subscribed again on a new connection, for the mirrors to
+    read their streams from where they are. A connection silent for `idle_s` is
+    pinged; one that does not answer in `idle_s` more is taken as cut.
+    """
+
+    def __init__(
+        self,
+        connection: Callable[[], AbstractConnection],
+        pushed: Callable[[bytes, bytes], None],
+        resubscribed: Callable[[], None],
+        idle_s: float,
+    ) -> None:
+        self._connection = connection
+        self._pushed = pushed
+        self._resubscribed = resubscribed
+        self.idle_s = idle_s
+        self.channels: set[bytes] = set()  # those wanted
+        self._dropped: set[bytes] = set()  # no longer wanted, to unsubscribe
+        self._conn: AbstractConnection | None = None
+        self._connected = asyncio.Event()
+        self._failed = False  # the last connection failed (Redis unreachable)
+        self._pongs: dict[bytes, asyncio.Future[None]] = {}
+        self._tokens = itertools.count()
+        self._flushing: asyncio.Task[None] | None = None
+        self.connections = 0  # how many connections were made so far (the last one's number)
+
+    async def subscribe(self, channel: bytes) -> None:
+        """Subscribe to `channel`; return once Redis has it. A `ConnectionError` when the
+        connection is down (Redis unreachable) or is cut meanwhile."""
+        self.channels.add(channel)
+        self._dropped.discard(channel)
+        if self._conn is None and self._failed:
+            raise ConnectionError("the run bus's pub/sub connection is down")
+        await self._connected.wait()
+        conn = self._conn
+        if conn is None:
+            raise ConnectionError("the run bus's pub/sub connection is down")
+        token = b"subscribed-%d" % next(self._tokens)
+        answered = asyncio.get_running_loop().create_future()
+        self._pongs[token] = answered
+        try:
+            await conn.send_packed_command(
+                conn.pack_commands([("SUBSCRIBE", channel), ("PING", token)]), check_health=False
+            )
+            await answered
+        finally:
+            self._pongs.pop(token, None)
+
+    def unsubscribe(self, channel: bytes) -> None:
+        """No longer want `channel` (unsubscribed soon: those dropped meanwhile go together)."""
+        if channel in self.channels:
+            self.channels.discard(channel)
+            self._dropped.add(channel)
+            if self._flushing is None:
+                self._flushing = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Unsubscribe from the channels no longer wanted (a connection made meanwhile
+        subscribed to the wanted ones only)."""
+        try:
+            await asyncio.sleep(0)
+            dropped = [c for c in self._dropped if c not in self.channels]
+            self._dropped.clear()
+            conn = self._conn
+            if dropped and conn is not None and conn.is_connected:
+                await conn.send_packed_command(
+                    conn.pack_command("UNSUBSCRIBE", *dropped), check_health=False
+                )
+        except (RedisError, OSError) as error:  # the reader sees the connection cut
+            log.warning("cannot unsubscribe (%s)", error)
+        finally:
+            self._flushing = None
+
+    async def close(self) -> None:
+        if self._flushing is not None:
+            self._flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flushing
+
+    async def run(self) -> None:
+        """One connection's life: connect, subscribe to every channel wanted, and hand
+        over what is pushed until the connection is cut (returns: connect again); a
+        failure to connect is raised."""
+        conn = self._connection()
+        try:
+            try:
+                await conn.connect()  # type: ignore[no-untyped-call]
+                self._dropped.clear()
+                commands: list[tuple[Any, ...]] = []
+                if self.channels:
+                    commands.append(("SUBSCRIBE", *self.channels))
+                commands.append(("PING", b"resubscribed"))
+                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            except BaseException:
+                self._failed = True
+                raise
+            self._conn = conn
+            self.connections += 1
+            self._failed = False
+            self._connected.set()
+            await self._read(conn)
+        except (RedisError, OSError) as error:
+            if self._conn is not conn:  # could not connect: Redis unreachable (retried later)
+                raise
+            self._drop(conn)
+            log.warning("the pub/sub connection was cut (%s); reconnecting", error)
+            await asyncio.sleep(RECONNECT_S)  # what it missed is read from the streams
+        finally:
+            self._drop(conn)
+            await conn.disconnect(nowait=True)
+
+    def _drop(self, conn: AbstractConnection) -> None:
+        """Stop using `conn`: the subscriptions waiting on it fail."""
+        if self._conn is conn:
+            self._conn = None
+            self._connected.clear()
+        for answered in self._pongs.values():
+            if not answered.done():
+                answered.set_exception(ConnectionError("the pub/sub connection was cut"))
+
+    async def _read(self, conn: AbstractConnection) -> None:
+        pinged = False
+        while True:
+            reply = await conn.read_response(timeout=self.idle_s, push_request=True)
+            if reply is None:  # silent for idle_s
+                if pinged:
+                    raise ConnectionError(f"no answer from Redis for {2 * self.idle_s:g} s")
+                await conn.send_packed_command(conn.pack_command("PING"), check_health=False)
+                pinged = True
+                continue
+            pinged = False
+            kind = reply[0]
+            if kind == b"message":
+                self._pushed(reply[1], reply[2])
+            elif kind == b"pong":
+                if reply[1] == b"resubscribed":
+                    self._resubscribed()
+                elif (answered := self._pongs.get(reply[1])) is not None and not answered.done():
+                    answered.set_result(None)
