@@ -19,6 +19,7 @@ the disk and statements never overlap. Logs kept by earlier versions as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
@@ -68,6 +69,7 @@ T = TypeVar("T")
 
 DATABASE = "runs.sqlite3"
 PRUNE_EVERY_S = 3600.0
+IMPORT_BATCH = 1000  # files moved into the database per transaction
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS run_logs ("
     " run_id TEXT PRIMARY KEY, saved_at REAL NOT NULL, events BLOB NOT NULL)",
@@ -112,22 +114,26 @@ class FileRunLog:
         self.prune()
 
     def _import_files(self) -> None:
-        """Move the logs kept as one file per run (earlier versions) into the database."""
-        moved = 0
-        for path in self.directory.glob("*.events"):
-            run_id = path.stem
-            try:
-                if valid_run_id(run_id):
-                    data = path.read_bytes()
-                    self._insert(run_id, path.stat().st_mtime, data)
-                    moved += 1
-                path.unlink()
-            except FileNotFoundError:
-                continue
+        """Move the logs kept as one file per run (earlier versions) into the database: a
+        thousand per transaction, each batch's files deleted once it is committed (a crash
+        in between imports them again, to the same rows)."""
+        assert self._db is not None, "the run log is not open"
+        paths = sorted(self.directory.glob("*.events"))
+        for start in range(0, len(paths), IMPORT_BATCH):
+            batch = paths[start : start + IMPORT_BATCH]
+            with self._db:  # one transaction
+                self._db.execute("BEGIN")
+                for path in batch:
+                    if valid_run_id(path.stem):
+                        with contextlib.suppress(FileNotFoundError):
+                            saved_at = path.stat().st_mtime
+                            self._insert(path.stem, saved_at, path.read_bytes())
+            for path in batch:
+                path.unlink(missing_ok=True)
         for path in self.directory.glob("*.tmp"):  # a write cut short
             path.unlink(missing_ok=True)
-        if moved:
-            log.info("moved %d run logs from files into %s", moved, self.path)
+        if paths:
+            log.info("moved %d run logs from files into %s", len(paths), self.path)
 
     def _insert(self, run_id: str, saved_at: float, data: bytes) -> None:
         assert self._db is not None, "the run log is not open"

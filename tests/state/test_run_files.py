@@ -93,3 +93,21 @@ async def test_a_file_that_is_not_a_database_is_refused_by_name(tmp_path: Path) 
     with pytest.raises(RuntimeError, match=f"cannot use the run log {tmp_path / DATABASE}"):
         await log.open()
     await log.close()
+
+
+async def test_many_old_files_are_moved_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("service.state.run_files.IMPORT_BATCH", 2)
+    runs = [f"{n:016x}" for n in range(5)]
+    for run_id in runs:
+        (tmp_path / f"{run_id}.events").write_bytes(encode_events(ended_run(run_id, run_id)))
+    (tmp_path / "not-a-run-id.events").write_bytes(b"ignored")
+    log = FileRunLog(tmp_path, ttl_s=86400)
+    await log.open()
+    try:
+        for run_id in runs:
+            assert await log.load(run_id) == ended_run(run_id, run_id)
+    finally:
+        await log.close()
+    assert [name for name in os.listdir(tmp_path) if name.endswith(".events")] == []
