@@ -14,8 +14,10 @@ Durability and crash safety:
   and skipped, never fatal. Old field names are read: `planSnapshot` → `plan`,
   and a plan's `plan` list → `tasks`.
 - One process writes a directory; appends to one chat are serialised. A line is
-  appended from the event loop (page-cache writes take microseconds); a chat's
-  first append (which creates the file), fsyncs and reads run in a worker thread.
+  appended from the event loop (page-cache writes take microseconds), and a new
+  chat's file is created there too (its run is listed as soon as it starts);
+  fsyncs, reads and the first append to a file that exists (its tail checked)
+  run in a worker thread.
 """
 
 from __future__ import annotations
@@ -108,18 +110,37 @@ class JsonlChatStore:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         data = b"".join(encode_record(r) for r in records)
         # Appending a line to a local file takes microseconds (the page cache): it is done
-        # in the loop, which also keeps appends in call order. fsync goes to a thread, and
-        # so does a chat's first append, which creates the file: allocating an inode can take
-        # the file system a millisecond, while the run's first events and its model request
-        # wait for the loop.
+        # in the loop, which also keeps appends in call order. So is a new chat's first
+        # append, which creates its file (tens of µs; up to ~0.5 ms where the file system
+        # must step over many deleted inodes): done in a worker thread, it let a run end
+        # before its chat was listed, and each of the thread's steps contended for the GIL
+        # with the run's first events anyway. fsync goes to a thread, and so does the first
+        # append to a file that exists (its tail is checked first).
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
         async with lock:  # not while an fsync of the chat is running
-            if self.fsync == "always" or chat_id not in self._checked:
+            if self.fsync == "always":
                 await asyncio.to_thread(self._write, chat_id, path, data)
-            else:
+            elif chat_id in self._checked:
                 self._write(chat_id, path, data)
+            elif not self._create(chat_id, path, data):
+                await asyncio.to_thread(self._write, chat_id, path, data)
         for record in records:
             self._index(chat_id, record)
+
+    def _create(self, chat_id: str, path: Path, data: bytes) -> bool:
+        """Write a new chat's file with `data`; False when it exists (or its directory does
+        not): `_write` then checks its tail (or makes the directory) first, in a thread."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o640)
+        except (FileExistsError, FileNotFoundError):
+            return False
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        self._checked.add(chat_id)
+        self._dirty.add(chat_id)
+        return True
 
     def _write(self, chat_id: str, path: Path, data: bytes) -> None:
         if chat_id not in self._checked:

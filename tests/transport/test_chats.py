@@ -194,6 +194,20 @@ async def attach(gateway: Harness, run_id: str, after: int) -> list:
     return [e async for e in gateway.stub.Attach(gw.AttachRequest(run_id=run_id, after_seq=after))]
 
 
+async def test_a_chat_is_listed_newest_and_complete_once_its_run_has_ended(
+    gateway: Harness, provider: LoopbackProvider
+) -> None:
+    for n in range(6):
+        provider.enqueue(answer(f"answer {n}"))
+        request = gw.QueryRequest(agent_key="plain", message=f"Chat {n}")
+        events = [e async for e in gateway.stub.Query(request)]
+        newest = (await gateway.stub.ListChats(gw.ListChatsRequest(page_size=1))).chats
+        assert [(c.chat_id, c.chat_name, c.run_count) for c in newest] == [
+            (events[0].chat_id, f"Chat {n}", 1)
+        ]
+        assert newest[0].updated_at >= events[-1].timestamp
+
+
 async def test_attach_from_every_seq_of_a_recorded_run(
     agents_dir: Path, provider: LoopbackProvider
 ) -> None:
