@@ -165,7 +165,7 @@ async def running_service(
                 await process.wait()
 
 
-def _established(port: int) -> list[tuple[int, int, str]]:
+def tcp_connections(port: int) -> list[tuple[int, int, str]]:
     """(local port, remote port, inode) of every established TCP connection from or to `port`."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -178,7 +178,8 @@ def _established(port: int) -> list[tuple[int, int, str]]:
     return found
 
 
-def _sockets(pid: int) -> set[str]:
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
@@ -211,8 +212,8 @@ async def balanced_target(service: ServiceTree, per_worker: int) -> Target:
     mine = str(os.getpid())
     for index, channel in enumerate(target._channels):
         await channel.channel_ready()
-        ours = _sockets(int(mine))
-        connections = _established(service.port)
+        ours = socket_inodes(int(mine))
+        connections = tcp_connections(service.port)
         new = [loc for loc, rem, inode in connections if rem == service.port and inode in ours]
         fresh = [p for p in new if p not in seen]
         seen.update(fresh)
@@ -220,7 +221,7 @@ async def balanced_target(service: ServiceTree, per_worker: int) -> Target:
             continue
         server_side = {inode for loc, rem, inode in connections if rem == fresh[0]}
         for pid in pids:
-            if server_side & _sockets(pid) and len(held[pid]) < per_worker:
+            if server_side & socket_inodes(pid) and len(held[pid]) < per_worker:
                 held[pid].append(index)
         if all(len(indexes) == per_worker for indexes in held.values()):
             break

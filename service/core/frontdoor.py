@@ -483,14 +483,12 @@ class FrontDoor:
         owner = summary.owner if summary is not None else live.owner if live else principal
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+        shown = live if live is not None and live.owner == principal else None
+        chat_name = summary.chat_name if summary else ""
         if not history:
             if summary is None and live is None:
                 raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
-            return ChatView(
-                live_run=live if live is not None and live.owner == principal else None,
-                chat_id=chat_id,
-                chat_name=summary.chat_name if summary else "",
-            )
+            return ChatView(live_run=shown, chat_id=chat_id, chat_name=chat_name)
         try:
             records = await self.chats.read(chat_id)
         except ChatNotFound:
@@ -498,9 +496,9 @@ class FrontDoor:
                 raise
             records = []  # the chat's first run has not written its first record yet
         return ChatView(
-            live_run=live if live is not None and live.owner == principal else None,
+            live_run=shown,
             chat_id=chat_id,
-            chat_name=summary.chat_name if summary else "",
+            chat_name=chat_name,
             events=replay(records),
             records=records if include_records else [],
             references=[

@@ -280,6 +280,7 @@ class RedisRunBus:
         await self._subscriber.close()
         await self._appender.disconnect(nowait=True)
         self._loops = []
+        self._channels.clear()  # the subscriber is closed: nothing to unsubscribe from
         for mirror in self._mirrors.values():
             mirror.finish()
         try:
@@ -385,18 +386,31 @@ class RedisRunBus:
         raise Conflict(f"chat {run.chat_id!r} changed hands too often; retry", chat_id=run.chat_id)
 
     def _append_args(self, owned: Owned, batch: Sequence[Event]) -> list[Any]:
-        run = owned.run
         terminal = bool(batch) and batch[-1].WhichOneof("payload") in events.TERMINALS
+        end_ms = round(self.stream_ttl_s * 1000) if terminal else 0
+        settle_ms = round(SETTLE_MARK_S * 1000)
+        return self._append_argv(owned.fence, owned.run.run_id, "", end_ms, settle_ms, batch)
+
+    def _append_argv(
+        self,
+        fence: Any,
+        run_id: str,
+        expected: int | str,
+        end_ms: int,
+        settle_ms: int,
+        appended: Sequence[Event] = (),
+    ) -> list[Any]:
+        """The arguments of the `APPEND` script (their order is its ARGV's)."""
         args: list[Any] = [
-            owned.fence,
+            fence,
             self.stream_maxlen,
-            run.run_id,
-            "",
-            round(self.stream_ttl_s * 1000) if terminal else 0,
-            round(SETTLE_MARK_S * 1000),
-            self.keys.channel(run.run_id),
+            run_id,
+            expected,
+            end_ms,
+            settle_ms,
+            self.keys.channel(run_id),
         ]
-        for event in batch:
+        for event in appended:
             args += [event.seq, event.SerializeToString()]
         return args
 
@@ -473,15 +487,7 @@ class RedisRunBus:
             if owned.live:  # no terminal event went out (the run never started)
                 await self._append(
                     keys=self.keys.appending(run.run_id, run.chat_id),
-                    args=[
-                        owned.fence,
-                        self.stream_maxlen,
-                        run.run_id,
-                        "",
-                        self._end_ms,
-                        0,
-                        self.keys.channel(run.run_id),
-                    ],
+                    args=self._append_argv(owned.fence, run.run_id, "", self._end_ms, 0),
                 )
                 owned.published_end = True
         freed = self._freed.pop(run.run_id, None)
@@ -747,6 +753,7 @@ class RedisRunBus:
         """Subscribe to the run's channel, then read its stream: an event is in one or the
         other (or both: the mirror drops duplicates)."""
         mirror = Mirror(run_id)
+        mirror.on_done = self._unsubscribe  # nothing more to push once the run ended
         channel = self.keys.channel(run_id).encode()
         self._channels[channel] = mirror  # what is pushed from now on waits in it
         try:
@@ -765,8 +772,6 @@ class RedisRunBus:
         gap = mirror.load(_events_of(entries), done=status is None or _text(status) == ENDED)
         if gap or connection != self._subscriber.connections:  # pushes may have been lost
             self._catch_up(mirror)
-        if mirror.done:
-            self._unsubscribe(mirror)
         mirror.on_idle = self._idle_mirror
         self._mirrors[run_id] = mirror
         return mirror
@@ -792,9 +797,7 @@ class RedisRunBus:
         if mirror is None:
             return  # unsubscribed meanwhile
         gap = mirror.offer(scripts.unpack_pushed(data))
-        if mirror.done:
-            self._unsubscribe(mirror)
-        elif gap and mirror.loaded:  # a push was lost: read the stream from the mirror's last
+        if gap and mirror.loaded:  # a push was lost: read the stream from the mirror's last
             self._catch_up(mirror)
 
     def _resubscribed(self) -> None:
@@ -821,8 +824,6 @@ class RedisRunBus:
                     self.keys.events(mirror.run_id), min=f"(0-{mirror.last}"
                 )
                 gap = mirror.extend(_events_of(entries))
-                if mirror.done:
-                    self._unsubscribe(mirror)
                 if not gap or not entries:
                     return
         except (RedisError, OSError) as error:
@@ -871,8 +872,6 @@ class RedisRunBus:
                 task = asyncio.create_task(self.declare_lost(mirror.run_id))
                 self._declaring.add(task)
                 task.add_done_callback(self._declaring.discard)
-            if mirror.done:
-                self._unsubscribe(mirror)
 
     # -- owner failure -----------------------------------------------------------------
 
@@ -897,10 +896,7 @@ class RedisRunBus:
         closing = _closing_events(meta.run_id, meta.chat_id, logged, lost)
         top = logged[-1].seq if logged else 0
         lost_ms = round(self.lost_ttl_s * 1000)
-        channel = self.keys.channel(run_id)
-        args: list[Any] = [fence, self.stream_maxlen, run_id, top, lost_ms, 0, channel]
-        for event in closing:
-            args += [event.seq, event.SerializeToString()]
+        args = self._append_argv(fence, run_id, top, lost_ms, 0, closing)
         keys = self.keys.appending(run_id, meta.chat_id)
         appended = int(await self._append(keys=keys, args=args)) == 1
         if appended:

@@ -164,6 +164,7 @@ class Mirror:
         self.progress_at = time.monotonic()  # when events last came (or the owner was checked)
         self.idle_since = time.monotonic()  # when it last had no follower
         self.on_idle: Callable[[Mirror], None] | None = None  # its last follower left
+        self.on_done: Callable[[Mirror], None] | None = None  # it ended (called once)
         self._waiters: list[asyncio.Future[None]] = []
 
     @property
@@ -221,11 +222,17 @@ class Mirror:
     def _add(self, event: Event) -> None:
         self.events.append(event)
         if is_terminal(event):
+            self._end()
+
+    def _end(self) -> None:
+        if not self.done:
             self.done = True
+            if self.on_done is not None:
+                self.on_done(self)
 
     def finish(self) -> None:
         """Nothing more will come (the run ended, or its stream is gone)."""
-        self.done = True
+        self._end()
         self.ahead = []
         self.progress_at = time.monotonic()
         self._wake()

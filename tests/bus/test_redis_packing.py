@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hiredis
 import pytest
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import DataError
@@ -27,10 +28,21 @@ def test_same_bytes_as_redis_py(args: tuple[object, ...]) -> None:
     )
 
 
-def test_pipelines_pack_each_command() -> None:
+def test_pipelines_pack_each_command_with_hiredis(monkeypatch: pytest.MonkeyPatch) -> None:
     connection = packed(Connection)()
     expected = b"".join(b"".join(pack_command(*args)) for args in COMMANDS)
+    packers: list[tuple[object, ...]] = []
+    real = hiredis.pack_command
+
+    def counted(args: tuple[object, ...]) -> bytes:
+        packers.append(args)
+        return real(args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hiredis, "pack_command", counted)
     assert b"".join(bytes(p) for p in connection.pack_commands(COMMANDS)) == expected
+    assert len(packers) >= len(COMMANDS)  # every command (a buffer one tried twice)
+    assert connection.pack_command("PING") == [b"*1\r\n$4\r\nPING\r\n"]
+    assert packers[-1] == (b"PING",)
 
 
 def test_a_value_redis_cannot_take_is_a_data_error() -> None:

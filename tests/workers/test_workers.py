@@ -4,7 +4,6 @@ worker is replaced, SIGTERM drains them all."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from google.protobuf import json_format, struct_pb2
 
+from bench.workers import socket_inodes, tcp_connections
 from tests.workers.conftest import BASE, KEYS, Models, Service, auth, rest, until
 
 HEAD = ["request.query", "chat.start", "run.start"]
@@ -242,39 +242,17 @@ async def test_every_worker_line_names_its_worker_and_http_calls_their_client(
 def _holder(port: int, client_port: int, pids: list[int]) -> int:
     """Which of `pids` holds the server side of the connection from `client_port` to `port`."""
     inodes = {
-        inode for local, remote, inode in _connections() if local == port and remote == client_port
+        inode
+        for local, remote, inode in tcp_connections(port)
+        if local == port and remote == client_port
     }
     for pid in pids:
-        if inodes & _sockets(pid):
+        if inodes & socket_inodes(pid):
             return pid
     raise AssertionError(f"no worker holds the connection from port {client_port}")
 
 
-def _connections() -> list[tuple[int, int, str]]:
-    """(local port, remote port, inode) of every established TCP connection of the host."""
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
-                if fields[3] == "01":  # ESTABLISHED
-                    found.append((local, remote, fields[9]))
-    return found
-
-
-def _sockets(pid: int) -> set[str]:
-    """The inodes of the sockets process `pid` holds."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    return inodes
-
-
 def _established(pid: int, port: int) -> int:
     """How many established TCP connections to local `port` the process `pid` holds."""
-    inodes = {inode for local, _, inode in _connections() if local == port}
-    return len(inodes & _sockets(pid))
+    inodes = {inode for local, _, inode in tcp_connections(port) if local == port}
+    return len(inodes & socket_inodes(pid))
