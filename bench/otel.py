@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from service import telemetry
 from service.config import Settings
-from service.core import instruments
+from service.core.run import observation
 from service.transport import tracing
 
 EXPORT_INTERVAL_S = 1.0
@@ -147,11 +147,11 @@ def _no_rpc_span(method: str, context: Any) -> trace.Span:
 def remove_instrumentation() -> int:
     """Short-circuit the instrumentation in every loaded `service` module; how many names."""
     replacements: dict[int, object] = {
-        id(instruments.tracer): _NoSpans(),
+        id(observation.tracer): _NoSpans(),
         id(tracing.rpc_span): _no_rpc_span,
     }
     no_metric = _NoMetric()
-    for value in vars(instruments).values():
+    for value in vars(observation).values():
         if isinstance(value, metrics.Instrument):
             replacements[id(value)] = no_metric
     replaced = 0

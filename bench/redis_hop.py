@@ -32,10 +32,10 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from service.core import events
-from service.core.eventlog import EventLog
 from service.core.events import Event
 from service.core.ports import RunBus
-from service.core.runstate import RunState
+from service.core.run.eventlog import EventLog
+from service.core.run.state import RunState
 from service.state.local_bus import LocalRunBus
 from service.state.redis_bus import RedisRunBus
 

@@ -12,16 +12,18 @@ from service import security, state
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
 from service.config import McpServerSettings, ProviderSettings, Settings
-from service.core.agent_registry import AgentRegistry
+from service.core.agents.registry import AgentRegistry
+from service.core.agents.skills import SkillRegistry
+from service.core.chats.uploads import Uploads
 from service.core.commands import DebugLevel
-from service.core.frontdoor import FrontDoor, FrontDoorOptions
+from service.core.frontdoor import FrontDoor
+from service.core.lifecycle import RunOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
-from service.core.observe import Price, Pricing
-from service.core.skills import SkillRegistry
+from service.core.run.observation import Price
+from service.core.run.state import Pricing
 from service.core.tools.registry import ToolRegistry
 from service.core.tools.skill_tool import SkillTools
-from service.core.uploads import Uploads
 from service.gateway import HttpGateway, local_target
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
@@ -161,7 +163,7 @@ class App:
             ),
             tools=self.tools,
             skills=self.skills,
-            options=FrontDoorOptions(
+            options=RunOptions(
                 max_active_runs=settings.max_concurrent_runs,
                 max_message_bytes=settings.max_message_bytes,
                 memory_runs=settings.memory_runs,

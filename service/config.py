@@ -230,7 +230,7 @@ class Settings(BaseSettings):
     memory_runs: int = 20  # the last k runs of a chat are given to the model
     context_max_tokens: int = 100_000  # and of those, the newest turns within this estimate
     # A model's context length (tokens) when neither its agent (modelConfig.contextLength)
-    # nor the table of known models (service/core/context.py) gives one.
+    # nor the table of known models (service/core/run/window.py) gives one.
     context_length: int = Field(32_768, gt=0)
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
     disconnect_policy: Literal["continue", "cancel"] = "continue"

@@ -1,6 +1,6 @@
 """OpenTelemetry set-up: the SDK and exporters, installed once at start-up.
 
-The core only uses the OpenTelemetry API (`service/core/instruments.py`). With
+The core only uses the OpenTelemetry API (`service/core/run/observation.py`). With
 both exporters set to "none" (the default) nothing is installed, the API stays
 a no-op, and instrumentation costs next to nothing. "console" prints spans and
 metrics to stdout; "otlp" sends them to an OTLP/gRPC collector

@@ -33,14 +33,15 @@ from agw.v1 import gateway_pb2_grpc
 
 from service.app import App
 from service.config import ProviderSettings, Settings
-from service.core.agent_registry import AgentRegistry
+from service.core.agents.registry import AgentRegistry
+from service.core.agents.skills import SkillRegistry
+from service.core.chats.uploads import Uploads
 from service.core.commands import QueryCommand
-from service.core.frontdoor import FrontDoor, FrontDoorOptions
+from service.core.frontdoor import FrontDoor
+from service.core.lifecycle import RunOptions
 from service.core.model import ModelClient
-from service.core.skills import SkillRegistry
 from service.core.tools.registry import BackendTool, ToolRegistry
 from service.core.tools.skill_tool import SkillTools
-from service.core.uploads import Uploads
 from service.providers.loopback import LoopbackProvider
 from service.providers.registry import ProviderRegistry
 from service.providers.scripted import (
@@ -206,7 +207,7 @@ class InProcess:
             uploads=Uploads(FileUploadStore(data / "uploads"), 16 * 1024 * 1024),
             tools=tools,
             skills=skills,
-            options=FrontDoorOptions(),
+            options=RunOptions(),
         )
         await frontdoor.open()
         try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.core.run.questions import Option
 from service.core.tools.definitions import ToolDefinition, ToolError
-from service.core.tools.questions import Option
 from service.core.tools.registry import BackendTool, ToolCallInfo
 
 NAME = "ask_user"

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from service.core.agents import Mode
-
-if TYPE_CHECKING:
-    from service.core.ports import LiveRun
+from service.core.agents.schema import Mode
+from service.core.ids import ANONYMOUS, Principal
+from service.core.values import LiveRun
 
 #: What a query on a chat that has an active run does: fail, wait its turn, or stop the run.
 Strategy = Literal["reject", "enqueue", "interrupt"]
@@ -31,38 +30,6 @@ class DebugLevel(IntEnum):
     BASIC = 1  # usage.update, tool.timing
     STANDARD = 2  # model.start / model.end with truncated input and output
     FULL = 3  # the same, untruncated
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who calls: a subject within a tenant. Every chat, run and upload has one owner.
-
-    With authentication off every caller is `ANONYMOUS`, which owns everything
-    created without authentication.
-    """
-
-    tenant: str = ""
-    subject: str = ""
-
-    @property
-    def anonymous(self) -> bool:
-        return not (self.tenant or self.subject)
-
-    def to_record(self) -> dict[str, str]:
-        return {"tenant": self.tenant, "subject": self.subject}
-
-    @staticmethod
-    def from_record(data: object) -> Principal:
-        """The owner stored in a record (`{"tenant", "subject"}`); absent: anonymous."""
-        if not isinstance(data, dict):
-            return ANONYMOUS
-        return Principal(str(data.get("tenant") or ""), str(data.get("subject") or ""))
-
-    def __str__(self) -> str:
-        return f"{self.tenant}/{self.subject}" if not self.anonymous else "anonymous"
-
-
-ANONYMOUS = Principal()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,12 @@ so the table cannot drift from the proto.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format, struct_pb2
-
-if TYPE_CHECKING:
-    from service.core.commands import QueryCommand
 
 Event = pb.Event
 
@@ -117,18 +115,29 @@ def to_struct(value: dict[str, Any] | None) -> struct_pb2.Struct | None:
 # Input and chat ---------------------------------------------------------------
 
 
-def request_query(command: QueryCommand, request_id: str) -> Event:
-    """The `request.query` event of a query, as the run's first event."""
+def request_query(
+    request_id: str,
+    *,
+    role: str,
+    message: str,
+    agent_key: str,
+    references: Sequence[Any] = (),
+    params: dict[str, Any] | None = None,
+    scene: dict[str, Any] | None = None,
+    stream: bool = True,
+) -> Event:
+    """The `request.query` event of a query, as the run's first event (`references`:
+    dataclasses with the fields of `Reference`)."""
     return Event(
         request_query=pb.RequestQuery(
             request_id=request_id,
-            role=command.role or "user",
-            message=command.message,
-            agent_key=command.agent_key,
-            references=[pb.Reference(**asdict(r)) for r in command.references],
-            params=to_struct(command.params),
-            scene=to_struct(command.scene),
-            stream=command.stream,
+            role=role or "user",
+            message=message,
+            agent_key=agent_key,
+            references=[pb.Reference(**asdict(r)) for r in references],
+            params=to_struct(params),
+            scene=to_struct(scene),
+            stream=stream,
         )
     )
 

@@ -1,4 +1,4 @@
-"""The ids the core accepts from outside, and the names it derives.
+"""The ids the core accepts from outside, the names it derives, and who calls.
 
 Ids that reach storage (chat files, run logs) are checked here, once, before
 anything is registered: a bad id is an `InvalidRequest`, never a path. The
@@ -8,6 +8,7 @@ patterns are anchored with `\\Z` so that no trailing newline slips through.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from service.core.errors import InvalidRequest
 
@@ -43,3 +44,35 @@ def chat_name_of(message: str) -> str:
     """A chat's name: the start of its first query, on one line."""
     name = " ".join(message.split())
     return name if len(name) <= CHAT_NAME_LENGTH else name[: CHAT_NAME_LENGTH - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who calls: a subject within a tenant. Every chat, run and upload has one owner.
+
+    With authentication off every caller is `ANONYMOUS`, which owns everything
+    created without authentication.
+    """
+
+    tenant: str = ""
+    subject: str = ""
+
+    @property
+    def anonymous(self) -> bool:
+        return not (self.tenant or self.subject)
+
+    def to_record(self) -> dict[str, str]:
+        return {"tenant": self.tenant, "subject": self.subject}
+
+    @staticmethod
+    def from_record(data: object) -> Principal:
+        """The owner stored in a record (`{"tenant", "subject"}`); absent: anonymous."""
+        if not isinstance(data, dict):
+            return ANONYMOUS
+        return Principal(str(data.get("tenant") or ""), str(data.get("subject") or ""))
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.subject}" if not self.anonymous else "anonymous"
+
+
+ANONYMOUS = Principal()

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from service.core.errors import InvalidRequest
 from service.core.events import Event
 
-if TYPE_CHECKING:
-    from service.core.runstate import RunState as Run
-
 
 @runtime_checkable
 class Middleware(Protocol):
-    """What a middleware may implement (every hook is optional)."""
+    """What a middleware may implement (every hook is optional). `run` is the run's
+    `RunState` (service/core/run/state.py), which the hooks only read."""
 
-    def on_event(self, run: Run, event: Event) -> Event | None: ...
+    def on_event(self, run: Any, event: Event) -> Event | None: ...
 
 
 def hooks(middlewares: Sequence[object], name: str) -> tuple[Callable[..., Any], ...]:

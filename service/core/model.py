@@ -95,3 +95,14 @@ class ModelClient(Protocol):
     async def aclose(self) -> None:
         """Release pooled connections."""
         ...
+
+
+class ModelRouter(Protocol):
+    """Finds the client of a provider key (the providers package implements it)."""
+
+    @property
+    def default_key(self) -> str: ...
+
+    def get(self, key: str) -> ModelClient: ...
+
+    def default_model(self, key: str) -> str: ...

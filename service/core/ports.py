@@ -14,32 +14,14 @@ new module there plus one line in its registration table.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from service.core.commands import ANONYMOUS, Principal, SubmitCommand, SubmitResult
+from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
-from service.core.uploads import StoredUpload
-
-if TYPE_CHECKING:
-    from service.core.eventlog import Emitter
-    from service.core.runstate import RunState
-    from service.core.waits import OpenWait, WaitKind
-
-Record = dict[str, Any]
-
-
-@dataclass(slots=True)
-class ChatSummary:
-    """What ListChats shows of a chat."""
-
-    chat_id: str
-    chat_name: str
-    agent_key: str
-    created_at: int
-    updated_at: int
-    run_count: int
-    owner: Principal = ANONYMOUS  # from the chat's first query record
+from service.core.ids import ANONYMOUS, Principal
+from service.core.run.state import RunState
+from service.core.run.waits import Waits
+from service.core.values import ChatSummary, LiveRun, Record, RunRef, StoredUpload
 
 
 class ChatStore(Protocol):
@@ -96,28 +78,6 @@ class RunLog(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class RunRef:
-    """A live (or recently ended) run as any replica sees it."""
-
-    run_id: str
-    chat_id: str
-    owner: Principal = ANONYMOUS
-    running: bool = True  # False once its terminal event is out
-
-
-@dataclass(frozen=True, slots=True)
-class LiveRun:
-    """A chat's run in progress as any replica sees it: where its stream is, what it waits for."""
-
-    run_id: str
-    chat_id: str
-    owner: Principal
-    agent_key: str
-    last_seq: int  # the seq of its last event so far
-    waits: list[OpenWait]  # open right now, in the order they opened
-
-
 class RunBus(Protocol):
     """The live runs of the service, and the messages addressed to them.
 
@@ -132,8 +92,9 @@ class RunBus(Protocol):
     """
 
     @property
-    def wait_timeout_s(self) -> float:
-        """How long a tool waits for its answer unless it says otherwise."""
+    def waits(self) -> Waits:
+        """The waits of this process's runs: where its runs' tools wait, and where the
+        Submits the bus receives for them are delivered."""
         ...
 
     async def open(self) -> None:
@@ -203,22 +164,6 @@ class RunBus(Protocol):
 
     async def live_of(self, chat_id: str) -> LiveRun | None:
         """The chat's run in progress (not yet ended), with its last seq and open waits."""
-        ...
-
-    async def wait(
-        self,
-        out: Emitter,
-        tool_id: str,
-        tool_name: str,
-        timeout_s: float | None = None,
-        *,
-        kind: WaitKind = "frontend_tool",
-    ) -> Any:
-        """Suspend the run's caller until `tool_id` is answered; WaitTimedOut on time-out."""
-        ...
-
-    def waiting(self, run_id: str) -> list[str]:
-        """The tool ids of the run that wait for an answer right now (in this process)."""
         ...
 
 

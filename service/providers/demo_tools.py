@@ -33,7 +33,7 @@ Without a script the demo calls each offered tool once, in order, then sums up t
 results; a plan has two general tasks, each calling the first tool offered.
 
 Asked to summarise earlier turns (the `_context_summary_` tool is offered, see
-service/core/context.py), the demo lists what the user said in them, from the
+service/core/run/window.py), the demo lists what the user said in them, from the
 transcript's `user:` lines.
 """
 
@@ -46,7 +46,7 @@ from datetime import date
 from typing import Any
 
 from service.builtins.city_datetime import CITY_ZONES
-from service.core.agents import (
+from service.core.tools.names import (
     CONTEXT_SUMMARY_TOOL,
     PLAN_ADD_TASKS_TOOL,
     PLAN_DECIDE_TOOL,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunLog, UploadStore
-from service.core.waits import Waits
+from service.core.run.waits import Waits
 from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore

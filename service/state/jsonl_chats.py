@@ -31,10 +31,9 @@ from typing import Literal
 
 import orjson
 
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound, StoreFailed
-from service.core.ids import check_chat_id, valid_chat_id
-from service.core.ports import ChatSummary, Record
+from service.core.ids import ANONYMOUS, Principal, check_chat_id, valid_chat_id
+from service.core.values import ChatSummary, Record
 from service.state.summaries import page_of, summarize
 
 log = logging.getLogger("agw.store")

@@ -2,7 +2,7 @@
 
 One process owns every run it knows, so following a run is reading its
 `EventLog`, cancelling it is cancelling its task, and a Submit resolves the
-waiting tool's future directly (`service.core.waits.Waits`).
+waiting tool's future directly (`service.core.run.waits.Waits`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from service.core.commands import SubmitCommand, SubmitResult
-from service.core.eventlog import Emitter
 from service.core.events import Event
-from service.core.ports import LiveRun, RunRef
-from service.core.runstate import RunState
-from service.core.waits import WaitKind, Waits
+from service.core.run.eventlog import Emitter
+from service.core.run.state import RunState
+from service.core.run.waits import Waits
+from service.core.values import LiveRun, RunRef, WaitKind
 
 
 def ref(run: RunState) -> RunRef:

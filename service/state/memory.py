@@ -11,11 +11,10 @@ import copy
 import time
 from collections.abc import Sequence
 
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound
 from service.core.events import Event
-from service.core.ports import ChatSummary, Record
-from service.core.uploads import StoredUpload
+from service.core.ids import ANONYMOUS, Principal
+from service.core.values import ChatSummary, Record, StoredUpload
 from service.state.summaries import page_of, summarize
 
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.core.commands import Principal
+from service.core.ids import Principal
 from service.state.pg_schema import Pool, failures
 
 RunStatus = Literal["running", "ended", "lost"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.uploads import StoredUpload
+from service.core.values import StoredUpload
 from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 
 _INSERT = """

@@ -29,11 +29,17 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound
 from service.core.events import Event
-from service.core.ids import chat_name_of, check_chat_id, valid_chat_id, valid_run_id
-from service.core.ports import ChatSummary, Record
+from service.core.ids import (
+    ANONYMOUS,
+    Principal,
+    chat_name_of,
+    check_chat_id,
+    valid_chat_id,
+    valid_run_id,
+)
+from service.core.values import ChatSummary, Record
 from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 from service.state.run_files import decode_events, encode_events
 

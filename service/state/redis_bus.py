@@ -84,14 +84,14 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core import events
-from service.core.commands import Principal, SubmitCommand, SubmitResult
+from service.core.commands import SubmitCommand, SubmitResult
 from service.core.errors import STATUS_OF, AgwError, BusUnavailable, Conflict, OwnerLost
-from service.core.eventlog import Emitter
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
-from service.core.ids import valid_run_id
-from service.core.ports import LiveRun, RunRef
-from service.core.runstate import RunState
-from service.core.waits import WAIT_KINDS, OpenWait, WaitKind, Waits
+from service.core.ids import Principal, valid_run_id
+from service.core.run.eventlog import Emitter
+from service.core.run.state import RunState
+from service.core.run.waits import Waits
+from service.core.values import WAIT_KINDS, LiveRun, OpenWait, RunRef, WaitKind
 from service.state import redis_scripts as scripts
 from service.state.local_bus import live
 from service.state.redis_packing import packed

@@ -27,7 +27,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, RedisError
 
 from service.core.events import TERMINALS, Event
-from service.core.runstate import RunState
+from service.core.run.state import RunState
 from service.state.redis_scripts import GONE
 
 log = logging.getLogger("agw.bus")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from service.core.commands import ANONYMOUS, Principal
-from service.core.ids import chat_name_of
-from service.core.ports import ChatSummary, Record
+from service.core.ids import ANONYMOUS, Principal, chat_name_of
+from service.core.values import ChatSummary, Record
 
 
 def summarize(summaries: dict[str, ChatSummary], chat_id: str, record: Record) -> None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from service.core.uploads import StoredUpload
+from service.core.values import StoredUpload
 
 
 class FileUploadStore:

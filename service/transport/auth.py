@@ -25,8 +25,8 @@ from typing import Any
 
 import jwt
 
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import Unauthenticated
+from service.core.ids import ANONYMOUS, Principal
 
 log = logging.getLogger("agw.auth")
 

@@ -18,12 +18,11 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format, struct_pb2
 
-from service.core.agents import AgentDefinition, Mode
+from service.core.agents.definition import AgentDefinition
+from service.core.agents.schema import Mode
 from service.core.commands import (
-    ANONYMOUS,
     ChatView,
     DebugLevel,
-    Principal,
     QueryCommand,
     Reference,
     Strategy,
@@ -33,8 +32,8 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import InvalidRequest
-from service.core.ports import ChatSummary
-from service.core.uploads import StoredUpload
+from service.core.ids import ANONYMOUS, Principal
+from service.core.values import ChatSummary, StoredUpload
 
 STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_REJECT: "reject",

@@ -32,8 +32,8 @@ from typing import Any
 
 import grpc
 
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import AgwError, InvalidRequest
+from service.core.ids import ANONYMOUS, Principal
 from service.transport.auth import Authenticator
 from service.transport.errors import abort
 

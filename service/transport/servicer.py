@@ -23,7 +23,7 @@ from agw.v1 import gateway_pb2_grpc
 
 from service.core.errors import AgwError
 from service.core.frontdoor import FrontDoor
-from service.core.instruments import active_streams
+from service.core.run.observation import active_streams
 from service.transport import codec
 from service.transport.errors import abort
 from service.transport.guard import principal

@@ -7,7 +7,7 @@ from typing import Any
 
 from opentelemetry import propagate, trace
 
-from service.core.instruments import tracer, tracing
+from service.core.run.observation import tracer, tracing
 
 SERVICE = "agw.v1.AgentGateway"
 

@@ -29,10 +29,11 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
-from service.core.agent_registry import AgentRegistry
-from service.core.frontdoor import FrontDoor, FrontDoorOptions
+from service.core.agents.registry import AgentRegistry
+from service.core.chats.uploads import Uploads
+from service.core.frontdoor import FrontDoor
+from service.core.lifecycle import RunOptions
 from service.core.tools.registry import ToolRegistry
-from service.core.uploads import Uploads
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
@@ -200,7 +201,7 @@ async def started(
                 bus=bus,
                 uploads=Uploads(FileUploadStore(tmp_path / name / "uploads"), 1 << 20),
                 tools=tool_registry,
-                options=FrontDoorOptions(retention_s=retention_s),
+                options=RunOptions(retention_s=retention_s),
             )
             await front.open()
             server = GrpcServer(front, "127.0.0.1:0")

@@ -18,9 +18,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from service.core import events
-from service.core.eventlog import EventLog
 from service.core.events import Event
-from service.core.runstate import RunState
+from service.core.run.eventlog import EventLog
+from service.core.run.state import RunState
 from service.state import redis_scripts as scripts
 from service.state.redis_bus import RedisRunBus
 from service.state.redis_streams import Mirror

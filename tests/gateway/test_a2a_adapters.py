@@ -103,7 +103,7 @@ async def test_a_question_on_one_replica_is_read_and_answered_through_another(
         httpx.AsyncClient(timeout=20.0) as http,
     ):
         for replica in (replicas["A"], replicas["B"]):
-            replica.front.tools.register(ask_user_tool(60.0))
+            replica.front.services.tools.register(ask_user_tool(60.0))
         first = await client_of(http, f"{str(a.base_url).rstrip('/')}/a2a/asker")
         second = await client_of(http, f"{str(b.base_url).rstrip('/')}/a2a/asker")
         await ask_on_a_answer_on_b(first, second)

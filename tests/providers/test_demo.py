@@ -27,20 +27,20 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_MODULES = sorted((ROOT / "service" / "providers").glob("demo*.py"))
 #: What the demo may take from the core: the names of the planning tools it is offered.
 ALLOWED_CORE_IMPORTS = {
-    ("service.core.agents", "PLAN_ADD_TASKS_TOOL"),
-    ("service.core.agents", "PLAN_UPDATE_TASK_TOOL"),
-    ("service.core.agents", "PLAN_DECIDE_TOOL"),
-    ("service.core.agents", "PLAN_VERIFY_TOOL"),
-    ("service.core.agents", "CONTEXT_SUMMARY_TOOL"),
+    ("service.core.tools.names", "PLAN_ADD_TASKS_TOOL"),
+    ("service.core.tools.names", "PLAN_UPDATE_TASK_TOOL"),
+    ("service.core.tools.names", "PLAN_DECIDE_TOOL"),
+    ("service.core.tools.names", "PLAN_VERIFY_TOOL"),
+    ("service.core.tools.names", "CONTEXT_SUMMARY_TOOL"),
 }
 #: The core modules that write what the model reads: prompts, briefs, instructions, results.
 CORE = ROOT / "service" / "core"
 PROMPT_MODULES = [
     *sorted((CORE / "modes").rglob("*.py")),
-    CORE / "policies.py",
-    *(CORE / "tools" / f"{name}.py" for name in ("planning", "conversation", "registry")),
-    *(CORE / "tools" / f"{name}.py" for name in ("executor", "guards", "permissions")),
-    *(CORE / f"{name}.py" for name in ("skills", "subagents")),
+    *(CORE / "run" / f"{name}.py" for name in ("passes", "loop", "executor", "permissions")),
+    *(CORE / "run" / f"{name}.py" for name in ("subagents", "window")),
+    *(CORE / "tools" / f"{name}.py" for name in ("planning", "registry", "guards")),
+    CORE / "agents" / "skills.py",
     CORE / "tools" / "skill_tool.py",
 ]
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from service.core.commands import ANONYMOUS, Principal
+from service.core.ids import ANONYMOUS, Principal
 from service.state.pg_runs import Answer, Mailbox, RunRegistry
 from service.state.pg_schema import Pool, close_pool, open_pool
 

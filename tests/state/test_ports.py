@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from service.core import events
-from service.core.commands import ANONYMOUS, Principal
+from service.core.chats.uploads import Uploads
 from service.core.errors import ChatNotFound, NotFound
+from service.core.ids import ANONYMOUS, Principal
 from service.core.ports import ChatStore, RunLog, UploadStore
-from service.core.uploads import StoredUpload, Uploads
+from service.core.values import StoredUpload
 from service.state import CHAT_STORES, RUN_LOGS, UPLOAD_STORES, StateOptions
 
 

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 
 from service.core import events
-from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound, StoreFailed
+from service.core.ids import ANONYMOUS, Principal
 from service.state.pg_schema import Migration, migrate, migrations, open_pool
 from service.state.pg_uploads import PostgresUploadStore
 from service.state.postgres import PostgresChatStore, PostgresRunLog

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers.loopback import LoopbackProvider
 from tests.core.tools.kit import agent, answer_turn, assert_invariants, call_turn, kinds, result_of
 from tests.toolsources.kit import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service.core.agents import AgentDefinitionError, parse_agent_text
+from service.core.agents.loader import AgentDefinitionError, parse_agent_text
 from service.core.errors import ToolNotFound
 from service.core.tools.definitions import ToolDefinition, ToolOrigin
 from service.core.tools.registry import ToolRegistry

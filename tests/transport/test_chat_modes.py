@@ -7,7 +7,7 @@ from pathlib import Path
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
 from tests.core.modes.test_plan_execute import add_tasks, planner, report

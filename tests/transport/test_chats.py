@@ -14,7 +14,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers.loopback import (
     CLOSE,
     DONE,

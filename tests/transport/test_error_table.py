@@ -127,7 +127,7 @@ def test_status_codes_are_the_contract() -> None:
         "UNAUTHENTICATED": "UNAUTHENTICATED",
     }
     # a subclass without its own entry takes its nearest listed base's status
-    from service.core.agents import AgentDefinitionError
+    from service.core.agents.loader import AgentDefinitionError
 
     definition_error = AgentDefinitionError([], "agents/x.json")
     assert e.status_of(definition_error) is e.Status.INVALID_ARGUMENT

@@ -17,8 +17,8 @@ from agw.v1 import gateway_pb2 as gw
 from service.core.modes.escalation import PLAN_CREATE_TOOL, SWITCHED
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
+from tests.core.agents.test_skills import TRIP, write_skill
 from tests.core.modes.test_plan_execute import add_tasks, report
-from tests.core.test_skills import TRIP, write_skill
 from tests.core.tools.kit import (
     Probe,
     agent,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.core.tools.permissions import allowed
+from service.core.run.permissions import allowed
 from service.providers.loopback import LoopbackProvider
 from tests.core.tools.kit import (
     Probe,

@@ -8,7 +8,7 @@ from typing import Any
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
 from tests.core.tools.kit import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from service.core.modes.oneshot import run_oneshot
 from service.core.modes.plan_execute import run_plan_execute
 from service.core.modes.react import run_react
-from service.core.runner import Mode
+from service.core.run.context import Mode
 
 MODES: dict[str, Mode] = {
     "ONESHOT": run_oneshot,

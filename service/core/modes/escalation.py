@@ -13,14 +13,15 @@ call with its answer. A run whose model never calls it ends as a plain REACT run
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from service.core.modes.plan_execute import run_plan_execute
-from service.core.runner import Outcome, RunContext
-from service.core.tools.conversation import Conversation, finish
+from service.core.run.context import Outcome, RunContext
+from service.core.run.loop import Conversation, finish
 from service.core.tools.definitions import ToolDefinition
+from service.core.tools.names import PLAN_CREATE_TOOL
 
-PLAN_CREATE_TOOL = "plan_create"
 PLAN_CREATE = ToolDefinition(
     name=PLAN_CREATE_TOOL,
     kind="backend",
@@ -68,6 +69,7 @@ def planning_from(ctx: RunContext, messages: list[dict[str, Any]]) -> RunContext
     """`ctx` whose conversation so far is `messages` (after their system prompt): the plan
     stage opens with them as the chat's history and its last message."""
     planning = copy.copy(ctx)
-    planning.history = messages[1:-1]
-    planning.user_message = messages[-1]
+    planning.query = dataclasses.replace(
+        ctx.query, history=messages[1:-1], user_message=messages[-1]
+    )
     return planning

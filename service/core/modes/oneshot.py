@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.core.runner import Outcome, RunContext
-from service.core.tools.conversation import Conversation, finish
+from service.core.run.context import Outcome, RunContext
+from service.core.run.loop import Conversation, finish
 
 
 async def run_oneshot(ctx: RunContext) -> Outcome:

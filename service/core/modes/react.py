@@ -10,8 +10,8 @@ switch to PLAN_EXECUTE on the way (service/core/modes/escalation.py).
 from __future__ import annotations
 
 from service.core.modes.escalation import run_escalating
-from service.core.runner import Outcome, RunContext
-from service.core.tools.conversation import Conversation, finish
+from service.core.run.context import Outcome, RunContext
+from service.core.run.loop import Conversation, finish
 
 
 async def run_react(ctx: RunContext) -> Outcome:

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.core import events
-from service.core.agents import (
+from service.core.tools.definitions import ToolDefinition
+from service.core.tools.names import (
     PLAN_ADD_TASKS_TOOL,
     PLAN_DECIDE_TOOL,
     PLAN_UPDATE_TASK_TOOL,
     PLAN_VERIFY_TOOL,
 )
-from service.core.tools.definitions import ToolDefinition
 
 #: The line of an execute-stage brief that names the current task.
 TASK_ID_LINE = "Current task id: "

@@ -31,8 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from service.core.agents import ResolvedStage, ToolPolicy
-from service.core.directory import DirectoryChange
+from service.core.agents.definition import ResolvedStage
+from service.core.agents.directory import DirectoryChange
+from service.core.agents.schema import ToolPolicy
 from service.core.tools.definitions import ToolDefinition, ToolKind, ToolNotFound, ToolOrigin
 from service.core.tools.planning import PLANNING_DEFINITIONS
 from service.core.tools.sources import (

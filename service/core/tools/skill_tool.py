@@ -1,7 +1,7 @@
 """The `skill` tool: a built-in tool source that loads a skill's full text on demand.
 
 The system prompt of an agent with `skills` lists its skills by name and
-description (service/core/skills.py); the model calls `skill` with one of those
+description (service/core/agents/skills.py); the model calls `skill` with one of those
 names to read the skill's instructions (its `SKILL.md` after the front matter).
 A name the calling agent is not offered, or no skill has, is an error result
 that lists the skills it may load.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.core.agent_registry import AgentRegistry
-from service.core.agents import SKILL_TOOL
-from service.core.skills import SKILLS_HEADING, SkillRegistry
+from service.core.agents.registry import AgentRegistry
+from service.core.agents.skills import SKILLS_HEADING, SkillRegistry
 from service.core.tools.definitions import ToolDefinition, ToolError
+from service.core.tools.names import SKILL_TOOL
 from service.core.tools.sources import ToolCallInfo, ToolHandler
 
 SKILL = ToolDefinition(

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from service.core.directory import (
+from service.core.agents.directory import (
     Combined,
     DirectoryChange,
     DirectoryRegistry,

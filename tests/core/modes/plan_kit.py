@@ -18,8 +18,8 @@ from typing import Any
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format
 
+from service.core.chats.history import snapshot_form
 from service.core.commands import QueryCommand, SubmitCommand
-from service.core.history import snapshot_form
 from service.testing import (
     Gate,
     InProcess,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from agw.v1 import events_pb2 as pb
 
-from service.core.agents import AgentDefinitionError, parse_agent_text
+from service.core.agents.loader import AgentDefinitionError, parse_agent_text
+from service.core.chats.history import snapshot_form
 from service.core.errors import InvalidRequest
-from service.core.history import snapshot_form
 from service.core.modes.escalation import NOT_NOW, PLAN_CREATE_TOOL, SWITCHED
 from service.core.tools.planning import EXECUTOR_TOOLS_HEADING
 from service.testing import InProcess, ScriptedModel, content, finish, tool_call, usage, write_agent

@@ -17,7 +17,7 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format, struct_pb2
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
 from tests.core.tools.kit import answer_turn, assert_invariants, kinds, result_of

@@ -17,7 +17,7 @@ from agw.v1 import gateway_pb2 as gw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.core.history import snapshot_form
+from service.core.chats.history import snapshot_form
 from service.providers import loopback as lb
 from service.providers.loopback import LoopbackProvider
 from tests.core.modes.plan_kit import comparable

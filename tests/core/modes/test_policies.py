@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.policies import SUMMARY_INSTRUCTION, VERIFY_INSTRUCTION
+from service.core.run.passes import SUMMARY_INSTRUCTION, VERIFY_INSTRUCTION
 from service.providers.loopback import LoopbackProvider
 from tests.core.tools.kit import (
     Probe,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.builtins.city_datetime import city_datetime_tool
-from service.core.agents import parse_agent_text
+from service.core.agents.loader import parse_agent_text
 from service.core.tools.definitions import ToolNotFound
 from service.core.tools.registry import HINTS_HEADING, ToolRegistry
 from tests.core.tools.kit import Probe

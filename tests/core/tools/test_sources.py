@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from service.core.agents import parse_agent_text
+from service.core.agents.loader import parse_agent_text
 from service.core.tools.definitions import ToolDefinition, ToolKind
 from service.core.tools.registry import ToolRegistry
 from service.core.tools.sources import BackendTool, ToolCallInfo, ToolHandler

@@ -35,8 +35,8 @@ from service.core.modes.plan_execute.replanner import Replanner
 from service.core.modes.plan_execute.schedule import Schedule
 from service.core.modes.plan_execute.tasks import UPDATE_REPAIR
 from service.core.modes.plan_execute.verifier import Verifier
-from service.core.runner import Outcome, RunContext
-from service.core.tools.conversation import Conversation, finish
+from service.core.run.context import Outcome, RunContext
+from service.core.run.loop import Conversation, finish
 from service.core.tools.planning import RESULTS_HEADING, Plan
 
 __all__ = ["GENERATE_INSTRUCTION", "PLAN_REPAIR", "UPDATE_REPAIR", "run_plan_execute"]

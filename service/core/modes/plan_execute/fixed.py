@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from service.core.tools.conversation import Conversation
-from service.core.tools.executor import ToolOutcome
+from service.core.run.executor import ToolOutcome
+from service.core.run.loop import Conversation
 from service.core.tools.planning import PlanningArgumentsError
 
 T = TypeVar("T")

@@ -21,13 +21,14 @@ from __future__ import annotations
 import secrets
 
 from service.core import events
-from service.core.agents import PLAN_ADD_TASKS_TOOL
 from service.core.errors import PlanFailed
-from service.core.runner import RunContext
-from service.core.tools.conversation import Conversation
+from service.core.run.context import RunContext
+from service.core.run.executor import ToolOutcome
+from service.core.run.loop import Conversation
+from service.core.run.permissions import allowed
+from service.core.run.waits import WaitTimedOut
 from service.core.tools.definitions import ToolDefinition
-from service.core.tools.executor import ToolOutcome
-from service.core.tools.permissions import allowed
+from service.core.tools.names import PLAN_ADD_TASKS_TOOL
 from service.core.tools.planning import (
     EXECUTOR_TOOLS_HEADING,
     PLAN_ADD_TASKS,
@@ -39,7 +40,6 @@ from service.core.tools.planning import (
     parse_tasks,
 )
 from service.core.tools.registry import StageTools
-from service.core.waits import WaitTimedOut
 
 GENERATE_INSTRUCTION = f"Now record this plan by calling {PLAN_ADD_TASKS_TOOL}."
 PLAN_REPAIR = f"You must record the plan now: call {PLAN_ADD_TASKS_TOOL} with at least one task."
@@ -151,18 +151,20 @@ async def approve(ctx: RunContext, plan: Plan) -> bool:
     decides; no answer in time is a rejection.
     """
     approval_id = "appr_" + secrets.token_hex(4)
-    bus = ctx.bus
+    waits = ctx.services.waits
     ctx.out.emit(
         events.make(
             "plan_approval",
             plan_id=plan.plan_id,
             approval_id=approval_id,
             plan=plan.to_pb(),
-            timeout_ms=round(bus.wait_timeout_s * 1000),
+            timeout_ms=round(waits.timeout_s * 1000),
         )
     )
     try:
-        return allowed(await bus.wait(ctx.out, approval_id, "plan approval", kind="plan_approval"))
+        return allowed(
+            await waits.wait(ctx.out, approval_id, "plan approval", kind="plan_approval")
+        )
     except WaitTimedOut:
         return False
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.agents import PLAN_DECIDE_TOOL
 from service.core.modes.plan_execute.fixed import decide
 from service.core.modes.plan_execute.planner import revised
-from service.core.runner import RunContext
-from service.core.tools.conversation import Conversation
+from service.core.run.context import RunContext
+from service.core.run.loop import Conversation
+from service.core.tools.names import PLAN_DECIDE_TOOL
 from service.core.tools.planning import (
     PLAN_DECIDE,
     Decision,

@@ -25,7 +25,7 @@ import asyncio
 from service.core import events
 from service.core.modes.plan_execute.replanner import Replanner
 from service.core.modes.plan_execute.tasks import begin, execute_task
-from service.core.runner import RunContext
+from service.core.run.context import RunContext
 from service.core.tools.planning import Plan, Task
 
 

@@ -18,11 +18,12 @@ import asyncio
 from typing import Any
 
 from service.core import events
-from service.core.agents import PLAN_UPDATE_TASK_TOOL
 from service.core.errors import TASK_FAILED, TASK_NOT_REPORTED, AgwError
-from service.core.runner import RunContext, RunStopped
-from service.core.tools.conversation import Conversation
-from service.core.tools.executor import ToolOutcome
+from service.core.run.context import RunContext, RunStopped
+from service.core.run.executor import ToolOutcome
+from service.core.run.loop import Conversation
+from service.core.run.results import ToolCall
+from service.core.tools.names import PLAN_UPDATE_TASK_TOOL
 from service.core.tools.planning import (
     TASK_ID_LINE,
     Plan,
@@ -31,7 +32,6 @@ from service.core.tools.planning import (
     TaskUpdate,
     parse_update,
 )
-from service.core.turn import ToolCall
 
 UPDATE_REPAIR = (
     "You have not reported the task. Call " + PLAN_UPDATE_TASK_TOOL + " now with taskId "

@@ -1,0 +1,399 @@
+"""The life of this process's runs: admitted, claimed, prepared, launched, kept, released.
+
+1. **Admit**: a query is refused while the service drains or when `max_active_runs`
+   run already.
+2. **Claim**: per chat, at most one run is active. A query on a busy chat follows
+   its multitask strategy (the query's, else the service's): reject it, enqueue it
+   until the active run ends, or interrupt the active run. The claim is the run
+   bus's `register`, which another replica may win first.
+3. **Prepare**: what may fail, fails before the claim — the chat's last run
+   settled, its memory read, the query's references made into content parts.
+4. **Launch**: the run's first events (`request.query`, `chat.start` on a new
+   chat, `run.start`), its chat recorder, its context, its task.
+5. **Keep**: after the terminal event the chat is freed, the run's records are
+   written and its log kept (`RunLog`); a run nobody follows is cancelled after
+   `unwatched_run_ttl_s` unless it waits for a Submit.
+6. **Release**: `retention_s` after its end the run is forgotten (it is then
+   re-joined from the run log).
+7. **Drain**: no new run; running ones get a grace period, then are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.core import events
+from service.core.agents.definition import AgentDefinition
+from service.core.agents.schema import StageName
+from service.core.chats.memory import remembered
+from service.core.chats.recorder import ChatRecorder, user_message
+from service.core.chats.uploads import Uploads
+from service.core.commands import DebugLevel, QueryCommand, Strategy
+from service.core.errors import ChatBusy, Overloaded, ShuttingDown
+from service.core.ids import chat_name_of
+from service.core.middleware import hooks
+from service.core.ports import ChatStore, RunBus, RunLog
+from service.core.run.binding import BoundModel
+from service.core.run.context import Mode, RunQuery, RunServices, new_context
+from service.core.run.eventlog import EventLog
+from service.core.run.runner import execute
+from service.core.run.state import Accounting, Pricing, RunState
+from service.core.run.transcript import PastRun
+from service.core.run.turn import Ids
+from service.core.run.window import fit_memory
+from service.core.values import RunRef
+
+log = logging.getLogger("agw.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What the service allows its runs, and the defaults a query does not choose."""
+
+    max_active_runs: int = 1000
+    max_message_bytes: int = 1024 * 1024  # a query's message, in UTF-8
+    memory_runs: int = 20
+    multitask_strategy: Strategy = "reject"
+    unwatched_run_ttl_s: float = 120.0
+    retention_s: float = 60.0
+    image_input: Any = None  # callable(provider key) -> bool; None: never
+    inline_text_bytes: int = 32 * 1024
+    middlewares: tuple[object, ...] = ()
+    pricing: Pricing | None = None
+    context_max_tokens: int = 0  # budget of the chat memory given to the model; 0: no limit
+    context_length: int = 32_768  # a model's context length when nothing else says (window.py)
+    currency: str = "USD"
+    debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A run ready to be registered, and what its start needs."""
+
+    run: RunState
+    query_event: events.Event
+    query_record: dict[str, Any]
+    new_chat: bool
+    memory: list[PastRun]
+    parts: list[Any]
+
+
+class RunLifecycle:
+    """Starts, keeps and ends the runs this process executes."""
+
+    def __init__(
+        self,
+        *,
+        chats: ChatStore,
+        run_log: RunLog,
+        bus: RunBus,
+        uploads: Uploads,
+        services: RunServices,
+        options: RunOptions,
+    ) -> None:
+        self.chats = chats
+        self.run_log = run_log
+        self.bus = bus
+        self.uploads = uploads
+        self.services = services
+        self.options = options
+        self.draining = False
+        self._active: set[RunState] = set()  # the runs this process executes
+        self._recorders: dict[str, ChatRecorder] = {}  # the latest recorder of each chat
+        self._starting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._finishing: set[asyncio.Task[None]] = set()
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._active)
+
+    # -- admit, claim, prepare, launch -------------------------------------------------
+
+    def admit(self) -> None:
+        """Refuse a new run while draining or when too many run already."""
+        if self.draining:
+            raise ShuttingDown("the service is shutting down; retry on another instance")
+        limit = self.options.max_active_runs
+        if len(self._active) >= limit:
+            raise Overloaded(
+                f"too many active runs: {len(self._active)} of the {limit} that fit are running; "
+                "retry later",
+                limit=str(limit),
+            )
+
+    async def start(
+        self,
+        command: QueryCommand,
+        agent: AgentDefinition,
+        mode: Mode,
+        models: Mapping[StageName, BoundModel],
+        chat_id: str,
+    ) -> RunState:
+        """Claim `chat_id` for a new run of `agent` and launch it; the run, streaming."""
+        provider = models[agent.stage_names[0]].provider  # for the references' content parts
+        lock = self._starting.setdefault(chat_id, asyncio.Lock())
+        async with lock:  # one query at a time gets through the start of a chat's run
+            while True:
+                await self._wait_for_chat(chat_id, command.strategy)
+                prepared = await self._prepare(command, agent, chat_id, provider)
+                run = prepared.run
+                clash = await self.bus.register(run)
+                if clash is None:
+                    break
+                # another process started a run on the chat in the meantime
+                await self._meet(clash, chat_id, command.strategy)
+            try:
+                return self._launch(prepared, command, agent, mode, models)
+            except BaseException:
+                await self.bus.ended(run)
+                await self.bus.settled(run)
+                await self.bus.release(run.run_id)
+                raise
+
+    async def _wait_for_chat(self, chat_id: str, strategy: Strategy | None) -> None:
+        while (active := await self.bus.active_of(chat_id)) is not None:
+            await self._meet(active, chat_id, strategy)
+
+    async def _meet(self, active: RunRef, chat_id: str, strategy: Strategy | None) -> None:
+        """Deal with the chat's active run by the strategy: refuse, interrupt it, or wait."""
+        strategy = strategy or self.options.multitask_strategy
+        if strategy == "reject":
+            raise ChatBusy(
+                f"chat {chat_id!r} has an active run {active.run_id!r}; wait for it to end, "
+                "cancel it, or query with multitaskStrategy ENQUEUE or INTERRUPT",
+                chat_id=chat_id,
+                run_id=active.run_id,
+            )
+        if strategy == "interrupt":
+            await self.bus.cancel(active.run_id, "interrupt")
+        await self.bus.wait_ended(active.run_id)
+
+    async def _prepare(
+        self, command: QueryCommand, agent: AgentDefinition, chat_id: str, provider: str
+    ) -> _Prepared:
+        """Everything a run needs before it is registered (what may fail, fails here)."""
+        self.admit()
+        previous = self._recorders.get(chat_id)
+        if previous is not None:  # the chat's last run must be fully written before we read it
+            await previous.closed()
+        await self.bus.wait_settled(chat_id)  # also when it ran in another process
+        new_chat = await self.chats.summary(chat_id) is None
+        memory = (
+            [] if new_chat else remembered(await self.chats.read(chat_id), self.options.memory_runs)
+        )
+        parts = await self._reference_parts(command, provider)
+        query_event = events.request_query(
+            command.request_id or str(uuid.uuid4()),
+            role=command.role,
+            message=command.message,
+            agent_key=command.agent_key,
+            references=command.references,
+            params=command.params,
+            scene=command.scene,
+            stream=command.stream,
+        )
+        query_record = events.to_dict(query_event.request_query)
+        query_record["chatId"] = chat_id
+        options = self.options
+        run = RunState(
+            EventLog(secrets.token_hex(8), chat_id, options.middlewares),
+            agent.key,
+            debug_level=(
+                options.debug_level if command.debug_level is None else command.debug_level
+            ),
+            accounting=Accounting(currency=options.currency, pricing=options.pricing),
+            owner=command.principal,
+        )
+        return _Prepared(run, query_event, query_record, new_chat, memory, parts)
+
+    async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
+        image_input = bool(self.options.image_input and self.options.image_input(provider))
+        parts: list[Any] = []
+        for reference in command.references:
+            if reference.id:
+                parts += await self.uploads.content_parts(
+                    reference.id,
+                    image_input=image_input,
+                    inline_text_bytes=self.options.inline_text_bytes,
+                    owner=command.principal,
+                )
+            elif reference.url:
+                parts.append({"type": "text", "text": f"[reference {reference.url}]"})
+        return parts
+
+    def _launch(
+        self,
+        start: _Prepared,
+        command: QueryCommand,
+        agent: AgentDefinition,
+        mode: Mode,
+        models: Mapping[StageName, BoundModel],
+    ) -> RunState:
+        """Start the registered run: its first events, its recorder, its task."""
+        run = start.run
+        options = self.options
+        for on_run_start in hooks(options.middlewares, "on_run_start"):
+            on_run_start(run)
+        self._active.add(run)
+        recorder = ChatRecorder(
+            self.chats,
+            run,
+            start.query_record,
+            user_message(command.message, start.parts),
+            agent.stage_names[0],
+            owner=run.owner,
+        )
+        self._recorders[run.chat_id] = recorder
+        out = run.log.scope()
+        out.emit(start.query_event)
+        if start.new_chat:
+            out.emit(events.chat_start(chat_name_of(command.message)))
+        out.emit(events.run_start(agent.key))
+        memory = start.memory
+        if options.context_max_tokens:
+            memory = fit_memory(memory, options.context_max_tokens, out)
+        model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
+        if start.parts:
+            model_user["content"] = [{"type": "text", "text": command.message}, *start.parts]
+        context = new_context(
+            run,
+            out,
+            agent,
+            RunQuery.of(command, memory, model_user),
+            self.services,
+            Ids(run.run_id),
+            models=models,
+        )
+        run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
+        run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
+        run.task.add_done_callback(lambda _: self._ended(run, recorder, agent.mode))
+        return run
+
+    def _arm_unwatched_timer(self, run: RunState, *, waited: bool = False) -> None:
+        """Cancel `run` once nobody has followed it for `unwatched_run_ttl_s`, unless it
+        waits for a `Submit`: a client answering later (an A2A or AG-UI follow-up, a page
+        reopened) finds it still waiting, bounded by the wait's own time-out, and has one
+        more TTL after the answer to follow it again."""
+
+        def expire() -> None:
+            if run.log.subscribers or run.done:
+                return
+            waiting = bool(self.services.waits.waiting(run.run_id))
+            if waiting or waited:
+                self._arm_unwatched_timer(run, waited=waiting)
+                return
+            log.info(
+                "run %s had no watcher for %.0fs; cancelling",
+                run.run_id,
+                self.options.unwatched_run_ttl_s,
+            )
+            run.cancel("abandoned")
+
+        asyncio.get_running_loop().call_later(self.options.unwatched_run_ttl_s, expire)
+
+    # -- keep, release -----------------------------------------------------------------
+
+    def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
+        self._active.discard(run)
+        _log_run_end(run, mode)
+        for on_run_end in hooks(self.options.middlewares, "on_run_end"):
+            try:
+                on_run_end(run, run.terminal)
+            except Exception:
+                log.exception("middleware on_run_end failed for run %s", run.run_id)
+        task = asyncio.create_task(self._keep(run, recorder), name=f"keep-{run.run_id}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _keep(self, run: RunState, recorder: ChatRecorder) -> None:
+        """After the run's end: free its chat, write its records, keep its log, forget it."""
+        try:
+            await self.bus.ended(run)
+        except Exception:
+            log.exception("could not mark run %s ended", run.run_id)
+        try:
+            await recorder.closed()
+            if self._recorders.get(run.chat_id) is recorder:
+                del self._recorders[run.chat_id]
+            await self.bus.settled(run)
+            if not run.fenced:  # a fenced run's log is kept by the replica that took it over
+                await self.run_log.save(run.run_id, run.log)
+        except Exception:
+            log.exception("could not keep the log of run %s", run.run_id)
+        asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)
+
+    def _release(self, run_id: str) -> None:
+        task = asyncio.create_task(self.bus.release(run_id), name=f"release-{run_id}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    # -- drain -------------------------------------------------------------------------
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
+        self.draining = True
+        active = list(self._active)
+        if active:
+            log.info("draining %d active runs (grace %.1fs)", len(active), grace_s)
+            waiters = [asyncio.ensure_future(r.wait()) for r in active]
+            _, pending = await asyncio.wait(waiters, timeout=grace_s)
+            for waiter in pending:
+                waiter.cancel()
+        for run in list(self._active):
+            run.cancel("shutdown")
+        remaining = [r.task for r in self._active if r.task is not None]
+        if remaining:
+            await asyncio.wait(remaining, timeout=5.0)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until every ended run is recorded and kept in the run log."""
+        while self._finishing:
+            await asyncio.wait(list(self._finishing), timeout=10.0)
+
+
+def _log_run_end(run: RunState, mode: str) -> None:
+    """One INFO line per run: who ran what, how it ended, how long, what it used.
+
+    The outcome is `complete`, `error` or `cancel`, with the finish reason, the error's
+    reason or the cancel reason; never a message or any of the run's content.
+    """
+    terminal = run.terminal
+    field = terminal.WhichOneof("payload") if terminal is not None else None
+    if field == "run_complete" and terminal is not None:
+        outcome, reason = "complete", terminal.run_complete.finish_reason
+    elif field == "run_error" and terminal is not None:
+        outcome, reason = "error", terminal.run_error.error.reason
+    else:
+        outcome = "cancel"
+        reason = terminal.run_cancel.reason if terminal is not None else run.cancel_reason
+    usage = run.accounting.usage
+    fields = {
+        "run_id": run.run_id,
+        "chat_id": run.chat_id,
+        "agent": run.agent_key,
+        "mode": mode,
+        "outcome": outcome,
+        "reason": reason,
+        "duration_ms": round((time.monotonic() - run.started_at) * 1000, 1),
+        "model_calls": run.accounting.model_calls,
+        "tokens_in": usage.prompt_tokens if usage is not None else 0,
+        "tokens_out": usage.completion_tokens if usage is not None else 0,
+    }
+    log.info(
+        "run %(run_id)s ended: %(outcome)s (%(reason)s); chat %(chat_id)s, agent %(agent)s, "
+        "%(mode)s, %(duration_ms).1f ms, %(model_calls)d model call%(calls_s)s, "
+        "%(tokens_in)d tokens in, %(tokens_out)d out",
+        {**fields, "calls_s": "" if fields["model_calls"] == 1 else "s"},
+        extra=fields,
+    )

@@ -1,0 +1,270 @@
+"""What the core reports of its work besides its output: traces, metrics, debug events.
+
+Traces and metrics go through the OpenTelemetry API only. Names follow the
+OpenTelemetry semantic conventions for GenAI where they exist
+(`gen_ai.client.operation.duration`, `gen_ai.client.token.usage`, span
+attributes `gen_ai.*`); the gateway's own use the `agw.` prefix. Until the SDK
+is installed (at start-up, from the settings) every call here is a no-op. The
+metrics and their attributes are listed in the README ("Observability").
+
+What a model call and a tool call report besides their output.
+
+Each model call gets a client span (GenAI semantic conventions) and its
+metrics. When the provider reported usage and the model has a price (or the
+debug level is basic or higher), a `usage.update` event gives the tokens and
+cost of the call and of the run so far. From debug level standard,
+`model.start`/`model.end` events carry the call's input and output, truncated
+below debug level full and always masked. Each tool call gets a span, its
+metrics and — from debug level basic — a `tool.timing` event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from service.core import events
+from service.core.commands import DebugLevel
+from service.core.masking import mask
+from service.core.model import ModelRequest, Usage
+from service.core.run.eventlog import Emitter
+from service.core.run.state import Pricing, RunState
+
+tracer = trace.get_tracer("agw")
+
+
+def tracing() -> bool:
+    """Whether a tracer provider is installed (without one, spans are not even created)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def span(name: str, **options: Any) -> AbstractContextManager[trace.Span]:
+    """`tracer.start_as_current_span`, or a no-op when tracing is off (saves its cost)."""
+    if tracing():
+        return tracer.start_as_current_span(name, **options)
+    return nullcontext(trace.INVALID_SPAN)
+
+
+meter = metrics.get_meter("agw")
+
+runs_started = meter.create_counter("agw.runs.started", unit="{run}", description="Runs started")
+runs_ended = meter.create_counter(
+    "agw.runs.ended", unit="{run}", description="Runs ended, by outcome"
+)
+active_streams = meter.create_up_down_counter(
+    "agw.streams.active", unit="{stream}", description="Event streams open to clients"
+)
+time_to_first_delta = meter.create_histogram(
+    "agw.run.time_to_first_delta",
+    unit="s",
+    description="From the start of a run to its first model delta",
+)
+operation_duration = meter.create_histogram(
+    "gen_ai.client.operation.duration", unit="s", description="Duration of a model call"
+)
+token_usage = meter.create_histogram(
+    "gen_ai.client.token.usage", unit="{token}", description="Tokens used by a model call"
+)
+time_to_first_token = meter.create_histogram(
+    "agw.model.time_to_first_token", unit="s", description="From a model request to its first delta"
+)
+tool_duration = meter.create_histogram(
+    "agw.tool.duration", unit="s", description="Duration of a tool call"
+)
+tool_errors = meter.create_counter(
+    "agw.tool.errors", unit="{call}", description="Tool calls that failed or timed out"
+)
+submit_wait = meter.create_histogram(
+    "agw.submit.wait", unit="s", description="How long a run waited for a Submit"
+)
+
+OUTCOMES = {"run_complete": "completed", "run_error": "failed", "run_cancel": "cancelled"}
+
+TRUNCATE = 2000  # characters of input/output in debug events below level full
+
+__all__ = ["ModelCallObserver", "Price", "Pricing", "add_usage", "observe_tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    input_per_million: float
+    output_per_million: float
+    cached_input_per_million: float | None = None
+
+    def cost(self, usage: Usage) -> float:
+        cached = usage.cached_tokens
+        cached_price = self.cached_input_per_million
+        if cached_price is None:
+            cached_price = self.input_per_million
+        return (
+            (usage.prompt_tokens - cached) * self.input_per_million
+            + cached * cached_price
+            + usage.completion_tokens * self.output_per_million
+        ) / 1_000_000
+
+
+def add_usage(total: Usage | None, more: Usage) -> Usage:
+    if total is None:
+        return more
+    return replace(
+        total,
+        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
+        completion_tokens=total.completion_tokens + more.completion_tokens,
+        total_tokens=total.total_tokens + more.total_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cached_tokens=total.cached_tokens + more.cached_tokens,
+    )
+
+
+def _clip(text: str, full: bool) -> str:
+    return text if full or len(text) <= TRUNCATE else text[:TRUNCATE] + "…"
+
+
+class ModelCallObserver:
+    """Reports one model call; `end` is called once, also on failure."""
+
+    def __init__(self, run: RunState, out: Emitter, request: ModelRequest) -> None:
+        self.run = run
+        self.out = out
+        self.request = request
+        accounting = run.accounting
+        accounting.model_calls += 1
+        self.call_number = accounting.model_calls
+        self.call_id = f"{run.run_id}_m_{accounting.model_calls}"
+        self.started = time.monotonic()
+        self.attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": request.provider,
+            "gen_ai.request.model": request.model,
+        }
+        self.span = (
+            tracer.start_span(
+                f"chat {request.model}",
+                kind=trace.SpanKind.CLIENT,
+                attributes={
+                    **self.attributes,
+                    "agw.stage": request.stage,
+                    "agw.call_id": self.call_id,
+                },
+            )
+            if tracing()
+            else trace.INVALID_SPAN
+        )
+        if run.debug_level >= DebugLevel.STANDARD:
+            full = run.debug_level >= DebugLevel.FULL
+            text = json.dumps(mask(request.messages), ensure_ascii=False, default=str)
+            out.emit(
+                events.make(
+                    "model_start",
+                    call_id=self.call_id,
+                    provider=request.provider,
+                    model=request.model,
+                    stage=request.stage,
+                    input=_clip(text, full),
+                )
+            )
+
+    def end(
+        self,
+        *,
+        finish_reason: str,
+        usage: Usage | None,
+        first_delta_ms: float | None,
+        output: str,
+        error: BaseException | None,
+    ) -> None:
+        run, span = self.run, self.span
+        duration = time.monotonic() - self.started
+        failed = {**self.attributes, "error.type": type(error).__name__} if error else None
+        operation_duration.record(duration, failed or self.attributes)
+        if first_delta_ms is not None:
+            time_to_first_token.record(first_delta_ms / 1000, self.attributes)
+            if self.call_number == 1:
+                since_run_start = self.started - run.started_at + first_delta_ms / 1000
+                time_to_first_delta.record(since_run_start, {"agw.agent": run.agent_key})
+            span.set_attribute("agw.time_to_first_token_ms", round(first_delta_ms, 1))
+        if finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        if usage is not None:
+            span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            token_usage.record(
+                usage.prompt_tokens, {**self.attributes, "gen_ai.token.type": "input"}
+            )
+            token_usage.record(
+                usage.completion_tokens, {**self.attributes, "gen_ai.token.type": "output"}
+            )
+        if error is not None:
+            span.set_status(trace.StatusCode.ERROR, str(error)[:200])
+            span.set_attribute("error.type", type(error).__name__)
+        span.end()
+        if run.done:
+            return
+        if run.debug_level >= DebugLevel.STANDARD:
+            full = run.debug_level >= DebugLevel.FULL
+            reason = finish_reason or ("error" if error else "")
+            self.out.emit(
+                events.make(
+                    "model_end",
+                    call_id=self.call_id,
+                    finish_reason=reason,
+                    first_token_ms=round(first_delta_ms or 0),
+                    duration_ms=round(duration * 1000),
+                    usage=events.usage(usage),
+                    output=_clip(json.dumps(mask(output), ensure_ascii=False), full)
+                    if not isinstance(output, str)
+                    else _clip(output, full),
+                )
+            )
+        if usage is not None:
+            self._report_usage(usage)
+
+    def _report_usage(self, usage: Usage) -> None:
+        accounting = self.run.accounting
+        accounting.usage = add_usage(accounting.usage, usage)
+        cost = accounting.pricing(self.request.model, usage) if accounting.pricing else None
+        if cost is not None:
+            accounting.cost += cost
+            self.span.set_attribute("agw.cost", cost)
+        elif self.run.debug_level < DebugLevel.BASIC:
+            return  # usage.update comes with cost tracking or from debug level basic
+        self.out.emit(
+            events.make(
+                "usage_update",
+                call_id=self.call_id,
+                model=self.request.model,
+                call_usage=events.usage(usage),
+                run_usage=events.usage(accounting.usage),
+                call_cost=cost or 0.0,
+                run_cost=accounting.cost,
+                currency=accounting.currency,
+            )
+        )
+
+
+def observe_tool(
+    run: RunState,
+    out: Emitter,
+    tool_id: str,
+    name: str,
+    kind: str,
+    duration_ms: float,
+    error: bool,
+) -> None:
+    """Metrics and the `tool.timing` event of a finished tool call."""
+    labels: dict[str, Any] = {"gen_ai.tool.name": name, "agw.tool.kind": kind}
+    if error:
+        labels["error.type"] = "tool_error"
+        tool_errors.add(1, {"gen_ai.tool.name": name})
+    tool_duration.record(duration_ms / 1000, labels)
+    if run.debug_level >= DebugLevel.BASIC and not run.done:
+        out.emit(
+            events.make(
+                "tool_timing", tool_id=tool_id, tool_name=name, duration_ms=round(duration_ms)
+            )
+        )

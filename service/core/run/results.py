@@ -1,0 +1,49 @@
+"""What a model turn produced: its reasoning and content, its tool calls, its usage.
+
+`stream_turn` (turn.py) returns a `TurnResult`; the modes act on it, the tool
+executor runs its `ToolCall`s, and the run's turn observers (the chat recorder)
+see it when the turn ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.core.model import Usage
+from service.core.tools.definitions import ToolKind
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A complete tool call of a turn."""
+
+    id: str
+    name: str
+    arguments: str = ""
+    upstream_id: str = ""
+    kind: ToolKind = "backend"  # "frontend" and "action" calls carry their own ids
+    chunks: int = 0  # argument fragments seen
+
+    @property
+    def ref(self) -> str:
+        """The id the model knows the call by (its tool_call_id)."""
+        return self.upstream_id or self.id
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """What one model turn produced."""
+
+    msg_id: str
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = ""
+    usage: Usage | None = None
+    reasoning_id: str = ""
+    content_id: str = ""
+    first_delta_ms: float | None = None
+    duration_ms: float = 0.0
+    hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
+    task_id: str = ""  # the plan task the turn worked for, if any
+    parent_tool_id: str = ""  # the subagent call whose nested run made the turn, if any

@@ -1,0 +1,82 @@
+"""Executes one run: runs its mode in a `RunContext` and ends the run with one terminal event.
+
+The front door builds the run's context (`new_context` in context.py: the
+agent, the query, each stage's model bound once, the run's policies and tool
+executor) and starts `execute` as the run's task.
+
+The runner owns the run's lifecycle. Whatever the mode does, the run ends with
+exactly one terminal event: `run.complete` when the mode returns (or raises
+`RunStopped`: the user ended the run, e.g. at a doom loop), `run.error`
+for a failure (with the failure's stable reason), `run.cancel` when the run's
+task is cancelled — and `CancelledError` is re-raised, never swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from opentelemetry import trace
+
+from service.core import events
+from service.core.errors import AgwError, BudgetExhausted
+from service.core.run import observation
+from service.core.run.context import Mode, RunContext, RunStopped
+
+log = logging.getLogger("agw.run")
+
+
+async def execute(ctx: RunContext, mode: Mode) -> None:
+    """Run `mode` in the run's span and record the run's metrics."""
+    run = ctx.run
+    labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
+    observation.runs_started.add(1, labels)
+    attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
+    with observation.span(f"run {ctx.agent.key}", attributes=attributes):
+        try:
+            await _execute(ctx, mode)
+        finally:
+            terminal = run.terminal
+            field = terminal.WhichOneof("payload") if terminal is not None else "run_cancel"
+            span = trace.get_current_span()
+            span.set_attribute("agw.outcome", observation.OUTCOMES.get(field or "", "cancelled"))
+            if field == "run_error" and terminal is not None:
+                span.set_status(trace.StatusCode.ERROR, terminal.run_error.error.message)
+            observation.runs_ended.add(
+                1, {**labels, "agw.outcome": observation.OUTCOMES.get(field or "", "cancelled")}
+            )
+
+
+async def _execute(ctx: RunContext, mode: Mode) -> None:
+    """Run `mode` under the agent's time budget and end the run with one terminal event."""
+    run = ctx.run
+    timeout_ms = ctx.agent.budget.timeout_ms
+    try:
+        async with asyncio.timeout(timeout_ms / 1000) as deadline:
+            try:
+                outcome = await mode(ctx)
+            except TimeoutError:
+                if deadline.expired():
+                    raise
+                raise AgwError("operation timed out") from None
+    except TimeoutError:
+        error = BudgetExhausted(
+            f"run exceeded its timeoutMs budget of {timeout_ms} ms", budget="timeoutMs"
+        )
+        run.log.finish(events.run_error(error.reason, error.message, error.metadata))
+    except asyncio.CancelledError:
+        run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
+        raise
+    except RunStopped as stopped:
+        finish_reason = stopped.finish_reason
+        run.log.finish(events.run_complete(finish_reason, events.usage(run.accounting.usage)))
+    except AgwError as error:
+        log.warning("run %s failed: %s", run.run_id, error.message)
+        run.log.finish(events.run_error(error.reason, error.message, error.metadata))
+    except Exception as error:  # a bug: report it on the stream, keep serving
+        log.exception("run %s failed unexpectedly", run.run_id)
+        run.log.finish(events.run_error("INTERNAL", f"internal error ({type(error).__name__})"))
+    else:
+        used = run.accounting.usage  # every call of the run
+        total = used if used is not None else outcome.usage
+        run.log.finish(events.run_complete(outcome.finish_reason, events.usage(total)))

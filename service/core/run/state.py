@@ -1,0 +1,116 @@
+"""A run in progress as its runner sees it: identity, task, cancellation, accounting.
+
+The run's events live in its `EventLog`; this is the rest: the task executing
+it, why it is being cancelled, which debug events it emits, what its model
+calls have cost so far, and who wants to see each finished model turn (the
+chat recorder subscribes there, like any observer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+
+from service.core.commands import DebugLevel
+from service.core.events import Event
+from service.core.ids import ANONYMOUS, Principal
+from service.core.model import ModelRequest, Usage
+from service.core.run.eventlog import EventLog
+from service.core.run.results import TurnResult
+
+#: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
+Pricing = Callable[[str, Usage], float | None]
+
+#: Sees each finished model turn of a run: the request and what the turn produced.
+TurnObserver = Callable[[ModelRequest, TurnResult], None]
+
+
+@dataclass(slots=True)
+class Accounting:
+    """What a run's model calls have used so far."""
+
+    model_calls: int = 0
+    usage: Usage | None = None  # summed over the calls that reported one
+    cost: float = 0.0
+    currency: str = "USD"
+    pricing: Pricing | None = None
+
+
+class RunState:
+    """The live state of one run of an agent on a chat."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        agent_key: str,
+        *,
+        debug_level: DebugLevel = DebugLevel.OFF,
+        accounting: Accounting | None = None,
+        owner: Principal = ANONYMOUS,
+    ) -> None:
+        self.log = log
+        self.agent_key = agent_key
+        self.owner = owner  # only the owner may follow, answer or cancel the run
+        self.debug_level = debug_level
+        self.accounting = accounting if accounting is not None else Accounting()
+        self.task: asyncio.Task[None] | None = None
+        self.cancel_reason = ""
+        # Set when another replica declared this process lost and took the run over: the
+        # run is cancelled here and nothing more of it is written (chat records, run log).
+        self.fenced = False
+        self.started_at = time.monotonic()
+        # A summary of the chat's oldest turns made in this run (service/core/run/window.py),
+        # {"text", "through"}: written into the run's next chat record, then cleared.
+        self.context_summary: dict[str, str] | None = None
+        self._turn_observers: list[TurnObserver] = []
+        log.subject = self
+
+    @property
+    def run_id(self) -> str:
+        return self.log.run_id
+
+    @property
+    def chat_id(self) -> str:
+        return self.log.chat_id
+
+    @property
+    def done(self) -> bool:
+        """Whether the terminal event has been emitted."""
+        return self.log.done
+
+    @property
+    def terminal(self) -> Event | None:
+        return self.log.terminal
+
+    def observe_turns(self, observer: TurnObserver) -> None:
+        """Call `observer` with every finished model turn of the run."""
+        self._turn_observers.append(observer)
+
+    def turn_finished(self, request: ModelRequest, result: TurnResult) -> None:
+        for observer in self._turn_observers:
+            observer(request, result)
+
+    def cancel(self, reason: str) -> bool:
+        """Ask the run's task to stop; the run ends with `run.cancel` carrying `reason`."""
+        if self.done or self.task is None or self.task.done():
+            return False
+        if not self.cancel_reason:
+            self.cancel_reason = reason
+        self.task.cancel(reason)
+        return True
+
+    async def wait(self) -> None:
+        """Wait until the terminal event has been emitted."""
+        await self.log.wait()
+
+    def follow(self, after_seq: int = 0) -> AsyncGenerator[Event, None]:
+        return self.log.follow(after_seq)
+
+    def relay(self, after_seq: int, send: Callable[[Event], Awaitable[object]]) -> Awaitable[None]:
+        """Await `send` with each event after `after_seq` to the end (see `EventLog.relay`)."""
+        return self.log.relay(after_seq, send)
+
+    def __repr__(self) -> str:
+        return f"RunState({self.run_id!r}, chat={self.chat_id!r}, agent={self.agent_key!r})"

@@ -1,0 +1,49 @@
+"""The conversation the model is given: messages, the chat's earlier runs, their size.
+
+A run is given its chat's memory (service/core/chats/memory.py) as `PastRun`s: the
+messages each earlier run left, oldest first, a summary of older ones being a past
+run of its own. The context window (window.py) measures them with `estimate_tokens`
+and summarises or trims them by whole past runs, so a tool call never loses its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+SUMMARY_HEADING = "[Summary of the earlier conversation]"
+
+
+@dataclass(slots=True)
+class PastRun:
+    """The messages one earlier run of the chat left in memory; a summary is one of its own."""
+
+    run_id: str  # "" for a summary
+    messages: list[Message] = field(default_factory=list)
+    through: str = ""  # a summary: the newest run it covers
+
+
+def summary_message(text: str) -> Message:
+    """The message a summary of earlier turns is given to the model as."""
+    return {"role": "user", "content": f"{SUMMARY_HEADING}\n{text}"}
+
+
+def summary_run(text: str, through: str) -> PastRun:
+    return PastRun("", [summary_message(text)], through)
+
+
+def flatten(runs: list[PastRun]) -> list[Message]:
+    return [message for run in runs for message in run.messages]
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A rough token count (4 characters a token), enough to keep within a budget."""
+    return (
+        sum(
+            len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) + 16
+            for m in messages
+        )
+        // 4
+    )

@@ -1,0 +1,199 @@
+"""One model turn: stream a model call into events, one event per upstream delta.
+
+`stream_turn` opens the provider stream, forwards every delta at once as the
+matching event (reasoning, content, tool-call fragments) and returns what the
+turn produced, for the mode to act on and for the chat memory. A text block
+(reasoning or content) closes when the kind of output changes; tool-call blocks
+stay open until the stream ends, so fragments of parallel calls may interleave. Leaving
+the function — normally, by error or by cancellation — closes the upstream
+request; blocks still open are closed by the run's `finish`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+
+from service.core import events
+from service.core.model import ModelClient, ModelRequest
+from service.core.run.eventlog import Emitter
+from service.core.run.observation import ModelCallObserver
+from service.core.run.results import ToolCall, TurnResult
+from service.core.run.state import RunState
+from service.core.tools.definitions import ToolDefinition
+
+#: Gives the event id of a tool call from its name and the model's tool_call_id.
+ToolIdFactory = Callable[[str, str], str]
+
+
+def backend_tool_id(name: str, upstream_id: str) -> str:
+    """Backend tool calls keep the model's own tool_call_id."""
+    return upstream_id or "call_" + secrets.token_hex(12)
+
+
+class Ids:
+    """Per-run counters of the block ids `{runId}_r_{n}` (reasoning) and `{runId}_c_{n}`."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.reasoning = 0
+        self.content = 0
+
+    def next_reasoning(self) -> str:
+        self.reasoning += 1
+        return f"{self.run_id}_r_{self.reasoning}"
+
+    def next_content(self) -> str:
+        self.content += 1
+        return f"{self.run_id}_c_{self.content}"
+
+
+def new_msg_id() -> str:
+    return "m_" + secrets.token_hex(4)
+
+
+def frontend_tool_id() -> str:
+    return "t_" + secrets.token_hex(4)
+
+
+def action_id() -> str:
+    return "a_" + secrets.token_hex(4)
+
+
+def _start_call(
+    emit: Callable[[events.Event], events.Event],
+    name: str,
+    upstream: str,
+    tools: Mapping[str, ToolDefinition] | None,
+    tool_id: ToolIdFactory,
+) -> ToolCall:
+    """Open the block of a new tool call, by the kind of the tool it names."""
+    definition = tools.get(name) if tools is not None else None
+    if definition is None:  # not offered: streams as a backend call, its result is an error
+        call = ToolCall(tool_id(name, upstream), name, upstream_id=upstream)
+        emit(events.tool_start(call.id, name))
+        return call
+    if definition.kind == "action":
+        call = ToolCall(action_id(), name, upstream_id=upstream, kind="action")
+        emit(events.action_start(call.id, name, definition.description))
+        return call
+    if definition.kind == "frontend":
+        call = ToolCall(frontend_tool_id(), name, upstream_id=upstream, kind="frontend")
+    else:
+        call = ToolCall(tool_id(name, upstream), name, upstream_id=upstream)
+    emit(events.tool_start(call.id, name, definition.view_type, **definition.start_fields()))
+    return call
+
+
+async def stream_turn(
+    run: RunState,
+    out: Emitter,
+    ids: Ids,
+    client: ModelClient,
+    request: ModelRequest,
+    *,
+    tool_id: ToolIdFactory = backend_tool_id,
+    emit_content: bool = True,
+    emit_reasoning: bool = True,
+    tools: Mapping[str, ToolDefinition] | None = None,
+) -> TurnResult:
+    """Run one streaming model call, emitting its events as the deltas arrive.
+
+    With `emit_content=False` the answer text is collected but not streamed
+    (used for an internal first candidate); reasoning and tool calls still stream.
+    With `emit_reasoning=False` the reasoning is collected in `hidden_reasoning`
+    only. `tools` (the offered tools by name) decides how a call streams: a
+    frontend tool as `tool.*` with a `t_` id and its view type, an action as
+    `action.*` with an `a_` id; any other call as a backend `tool.*` with the
+    model's tool_call_id.
+    """
+    # A scope without ids of its own adds nothing to an event: append straight to the log.
+    emit = out.emit if out.task_id or out.parent_tool_id else out.log.emit
+    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id)
+    reasoning: list[str] = []
+    content: list[str] = []
+    open_kind = ""  # the open text block: "reasoning" | "content" | ""
+    open_id = ""
+    calls: dict[int, ToolCall] = {}
+    started = time.monotonic()
+
+    def close_text() -> None:
+        nonlocal open_kind
+        if open_kind == "reasoning":
+            emit(events.reasoning_end(open_id))
+        elif open_kind == "content" and emit_content:
+            emit(events.content_end(open_id))
+        open_kind = ""
+
+    observer = ModelCallObserver(run, out, request)
+    error: BaseException | None = None
+    try:
+        async with client.stream(request) as deltas:
+            async for delta in deltas:
+                if result.first_delta_ms is None:
+                    result.first_delta_ms = (time.monotonic() - started) * 1000
+                if delta.reasoning and not emit_reasoning:
+                    reasoning.append(delta.reasoning)
+                elif delta.reasoning:
+                    if open_kind != "reasoning":
+                        close_text()
+                        open_kind, open_id = "reasoning", ids.next_reasoning()
+                        result.reasoning_id = result.reasoning_id or open_id
+                        emit(events.reasoning_start(open_id))
+                    reasoning.append(delta.reasoning)
+                    emit(events.reasoning_delta(open_id, delta.reasoning))
+                if delta.content:
+                    if open_kind != "content":
+                        close_text()
+                        open_kind = "content"
+                        if emit_content:  # hidden text gets no id
+                            open_id = ids.next_content()
+                            result.content_id = result.content_id or open_id
+                            emit(events.content_start(open_id))
+                    content.append(delta.content)
+                    if emit_content:
+                        emit(events.content_delta(open_id, delta.content))
+                for fragment in delta.tool_calls:
+                    call = calls.get(fragment.index)
+                    if call is None:
+                        close_text()
+                        call = calls[fragment.index] = _start_call(
+                            emit, fragment.name or "", fragment.id or "", tools, tool_id
+                        )
+                    if fragment.arguments:
+                        call.arguments += fragment.arguments
+                        if call.kind == "action":
+                            emit(events.action_args(call.id, fragment.arguments, call.chunks))
+                        else:
+                            emit(events.tool_args(call.id, fragment.arguments, call.chunks))
+                        call.chunks += 1
+                if delta.finish_reason:
+                    result.finish_reason = delta.finish_reason
+                if delta.usage is not None:
+                    result.usage = delta.usage
+        close_text()
+        for call in calls.values():  # parallel calls stay open until the turn's stream ends
+            emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:  # also on failure: a partial answer is kept in the chat's memory
+        result.tool_calls = [calls[i] for i in sorted(calls)]
+        if emit_reasoning:
+            result.reasoning = "".join(reasoning)
+        else:
+            result.hidden_reasoning = "".join(reasoning)
+        result.content = "".join(content)
+        result.duration_ms = (time.monotonic() - started) * 1000
+        observer.end(
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+            first_delta_ms=result.first_delta_ms,
+            output=result.content
+            or json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls.values()]),
+            error=error,
+        )
+        run.turn_finished(request, result)
+    return result
