@@ -40,7 +40,7 @@ from bench.options import Sizes
 from bench.procs import ROOT, Child, spawn
 from bench.protocol import AGENT_KEY, HOST, MODEL, StreamSpec
 from bench.scenarios import _paced
-from service import eventloop
+from service.process import eventloop
 from service.testing import oneshot_agent, write_agent
 from service.testing_servers import PostgresServer, RedisServer
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from service.config import Settings
-from service.supervisor import Supervisor, WorkerSpec, reserve_port
+from service.process.supervisor import Supervisor, WorkerSpec, reserve_port
 
 log = logging.getLogger("agw.supervisor")
 
