@@ -24,12 +24,12 @@ import signal
 import sys
 from pathlib import Path
 
-from service import logs
-from service.app import App
-from service.config import Settings
+from service.assembly import logs
+from service.assembly.app import App
+from service.assembly.config import Settings
+from service.assembly.telemetry import configure as configure_telemetry
 from service.process import eventloop, gctune, workers
 from service.process.supervisor import announce_ready
-from service.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("agw")
 

@@ -31,8 +31,8 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
-from service.app import App
-from service.config import ProviderSettings, Settings
+from service.assembly.app import App
+from service.assembly.config import ProviderSettings, Settings
 from service.core.agent_registry import AgentRegistry
 from service.core.commands import QueryCommand
 from service.core.frontdoor import FrontDoor, FrontDoorOptions

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from service.app import App, bash_options, provider_options
+from service.assembly.app import App, bash_options, provider_options
+from service.assembly.config import ProviderSettings, Settings
 from service.builtins.bash import BashOptions
-from service.config import ProviderSettings, Settings
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 
 CONFIGURED = ProviderSettings(

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from service.config import Settings
+from service.assembly.config import Settings
 from service.process import eventloop
 
 HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None

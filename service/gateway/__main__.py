@@ -24,8 +24,8 @@ import os
 import signal
 import sys
 
-from service import logs
-from service.config import Settings
+from service.assembly import logs
+from service.assembly.config import Settings
 from service.gateway.server import HttpGateway
 from service.process import eventloop, workers
 from service.process.supervisor import announce_ready

@@ -71,7 +71,7 @@ _DRAIN_S = 0.1  # after [DONE], wait this long for the end of the body, to reuse
 
 @dataclass(frozen=True)
 class ProviderOptions:
-    """What the client of one OpenAI-compatible provider reads; `service.app` builds it."""
+    """What the client of one OpenAI-compatible provider reads; `service.assembly.app` builds it."""
 
     base_url: str  # up to /v1, e.g. https://api.openai.com/v1
     api_key: SecretStr = field(default_factory=lambda: SecretStr(""))

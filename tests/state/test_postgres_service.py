@@ -21,7 +21,7 @@ import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.config import ApiKeySettings
+from service.assembly.config import ApiKeySettings
 from service.providers.loopback import DONE, LoopbackProvider, content, finish
 from service.testing import Harness
 from service.testing_servers import PostgresServer

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.config import Settings
+from service.assembly.config import Settings
 from service.process import supervisor
 from service.process.supervisor import Supervisor, WorkerSpec, reserve_port
 from service.process.workers import shared_state_problem, worker_replica_id
