@@ -37,7 +37,7 @@ from bench.procs import ROOT, Child, spawn, tree_cpu_ns
 from bench.protocol import HOST, MODEL, StreamSpec, parse_stamp
 from bench.scenarios import percentile
 from service.process import eventloop
-from service.testing_servers import free_port
+from service.testing import free_port
 
 VENV = ROOT / "bench" / ".venv-litellm"
 PACKAGE = "litellm[proxy]"

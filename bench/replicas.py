@@ -37,7 +37,7 @@ from bench.procs import ROOT, Child, spawn, tree_cpu_ns
 from bench.protocol import AGENT_KEY, StreamSpec, parse_stamp
 from bench.scenarios import percentile
 from service.process import eventloop
-from service.testing_servers import PostgresServer, RedisServer
+from service.testing import PostgresServer, RedisServer
 
 REPLICAS = 3
 

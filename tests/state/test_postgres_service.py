@@ -23,8 +23,7 @@ from agw.v1 import gateway_pb2 as gw
 
 from service.assembly.config import ApiKeySettings
 from service.providers.loopback import DONE, LoopbackProvider, content, finish
-from service.testing import Harness
-from service.testing_servers import PostgresServer
+from service.testing import Harness, PostgresServer
 from tests.transport.test_query import error_info
 
 KEYS = [

@@ -19,7 +19,7 @@ from service.assembly.config import Settings
 from service.process import supervisor
 from service.process.supervisor import Supervisor, WorkerSpec, reserve_port
 from service.process.workers import shared_state_problem, worker_replica_id
-from service.testing_servers import free_port
+from service.testing import free_port
 from tests.workers.conftest import ROOT, START_TIMEOUT_S, Service, service_env
 from tests.workers.test_workers import _established
 
