@@ -16,7 +16,7 @@ from typing import Any
 from bench import report
 from bench.options import Options, parse
 from bench.suite import run_suite
-from service import eventloop
+from service.process import eventloop
 
 
 async def run(options: Options) -> dict[str, Any]:

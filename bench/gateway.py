@@ -14,8 +14,8 @@ from typing import Any
 
 from bench import otel
 from bench.protocol import AGENT_KEY, GATEWAYS, HOST, MODEL
-from service.app import App
-from service.config import ProviderSettings, Settings
+from service.assembly.app import App
+from service.assembly.config import ProviderSettings, Settings
 from service.testing import oneshot_agent, write_agent
 
 PROVIDER_KEY = "bench"

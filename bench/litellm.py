@@ -36,8 +36,8 @@ from bench.load import StreamResult, Target, run_stream
 from bench.procs import ROOT, Child, spawn, tree_cpu_ns
 from bench.protocol import HOST, MODEL, StreamSpec, parse_stamp
 from bench.scenarios import percentile
-from service import eventloop
-from service.testing_servers import free_port
+from service.process import eventloop
+from service.testing import free_port
 
 VENV = ROOT / "bench" / ".venv-litellm"
 PACKAGE = "litellm[proxy]"

@@ -27,8 +27,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from service import telemetry
-from service.config import Settings
+from service.assembly import telemetry
+from service.assembly.config import Settings
 from service.core.run import observation
 from service.transport import tracing
 

@@ -36,8 +36,8 @@ from bench.load import Target
 from bench.procs import ROOT, Child, spawn, tree_cpu_ns
 from bench.protocol import AGENT_KEY, StreamSpec, parse_stamp
 from bench.scenarios import percentile
-from service import eventloop
-from service.testing_servers import PostgresServer, RedisServer
+from service.process import eventloop
+from service.testing import PostgresServer, RedisServer
 
 REPLICAS = 3
 

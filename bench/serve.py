@@ -4,9 +4,9 @@ Prints `READY {"port": ..., "control": ..., "pid": ...}` once listening, serves
 until its stdin closes (or SIGTERM), then stops cleanly. With `--profile FILE`
 the process runs under cProfile and writes the stats to FILE when it stops.
 Every process runs on the event loop `AGW_EVENT_LOOP` names, as the service
-does (`service.eventloop`: uvloop's by default, where available), so that the
-baselines and the gateway are compared on the same loop; every server's
-garbage collector is tuned as the service's is (`service.gctune`).
+does (`service.process.eventloop`: uvloop's by default, where available), so
+that the baselines and the gateway are compared on the same loop; every server's
+garbage collector is tuned as the service's is (`service.process.gctune`).
 The gateway's variants with the OpenTelemetry SDK and without instrumentation
 (`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
 bench/otel.py.
@@ -31,7 +31,7 @@ from bench.procs import ROOT
 from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
 from bench.relay import AiohttpRelay, HttpxRelay
-from service import eventloop, gctune
+from service.process import eventloop, gctune
 
 KINDS = ("provider", *SERVERS)
 

@@ -44,9 +44,9 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from google.protobuf import json_format
 
-from service import eventloop
 from service.core import events
 from service.gateway import codec
+from service.process import eventloop
 from service.providers import loopback as lb
 from service.testing import Harness, oneshot_agent, write_agent
 

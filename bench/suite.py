@@ -36,7 +36,7 @@ from bench.options import Options, Sizes
 from bench.procs import Child, spawn
 from bench.protocol import GATEWAYS, PACED_AT_COMMON_RATE, RAMPED
 from bench.scenarios import REPEATED, SCENARIOS, Figures
-from service import eventloop
+from service.process import eventloop
 
 
 def _loadavg() -> list[float]:

@@ -4,7 +4,7 @@ Both run `python -m service` as deployed, on the same shared state (the Redis ru
 PostgreSQL chats and run logs: what `AGW_WORKERS` > 1 requires, so the single process
 runs on it too and only the number of processes differs), against the benchmark's
 fake provider (`python -m bench.serve provider`, its own process). PostgreSQL and Redis
-are throwaway servers on loopback (`service.testing_servers`).
+are throwaway servers on loopback (`service.testing.servers`).
 
 For each, a capacity ramp (`bench.scenarios._paced`: streams of 50 deltas/s, their starts
 spread over a second) raises the number of streams step by step up to the first step not
@@ -40,9 +40,8 @@ from bench.options import Sizes
 from bench.procs import ROOT, Child, spawn
 from bench.protocol import AGENT_KEY, HOST, MODEL, StreamSpec
 from bench.scenarios import _paced
-from service import eventloop
-from service.testing import oneshot_agent, write_agent
-from service.testing_servers import PostgresServer, RedisServer
+from service.process import eventloop
+from service.testing import PostgresServer, RedisServer, oneshot_agent, write_agent
 
 TARGET_RATIO = 1.7
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "workers.json"

@@ -1,6 +1,6 @@
 """Throwaway PostgreSQL and Redis for trying the shared state: `scripts/servers.py`.
 
-Starts one of each on free loopback ports (`service.testing_servers`: temporary
+Starts one of each on free loopback ports (`service.testing.servers`: temporary
 directories, nothing made durable), creates the database `agw`, prints one line of
 shell to use them —
 
@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from service.testing_servers import PostgresServer, RedisServer, ServerUnavailable
+from service.testing import PostgresServer, RedisServer, ServerUnavailable
 
 
 def main() -> int:

@@ -1,9 +1,10 @@
 """`python -m service`: read settings once, serve until SIGTERM/SIGINT, stop gracefully.
 
 The process runs on the event loop `AGW_EVENT_LOOP` names (uvloop's by default,
-where available; see `service.eventloop`), its garbage collector tuned once the
-service is up (`service.gctune`). With `AGW_WORKERS` > 1 it is instead the
-supervisor of that many such processes on the same ports (`service.workers`).
+where available; see `service.process.eventloop`), its garbage collector tuned once
+the service is up (`service.process.gctune`). With `AGW_WORKERS` > 1 it is instead
+the supervisor of that many such processes on the same ports
+(`service.process.workers`).
 
     python -m service [--port-file FILE]
 
@@ -23,11 +24,12 @@ import signal
 import sys
 from pathlib import Path
 
-from service import eventloop, gctune, logs, workers
-from service.app import App
-from service.config import Settings
-from service.supervisor import announce_ready
-from service.telemetry import configure as configure_telemetry
+from service.assembly import logs
+from service.assembly.app import App
+from service.assembly.config import Settings
+from service.assembly.telemetry import configure as configure_telemetry
+from service.process import eventloop, gctune, workers
+from service.process.supervisor import announce_ready
 
 log = logging.getLogger("agw")
 

@@ -1,4 +1,4 @@
-"""Pytest fixtures of the throwaway servers (`service.testing_servers`).
+"""Pytest fixtures of the throwaway servers (`service.testing.servers`).
 
 One PostgreSQL and one Redis per test session, started on first use; each test
 gets its own empty database (`postgres_dsn`) and an emptied Redis (`redis_url`).
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.testing_servers import PostgresServer, RedisServer, ServerUnavailable
+from service.testing import PostgresServer, RedisServer, ServerUnavailable
 
 _databases = itertools.count(1)
 

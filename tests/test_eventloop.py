@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from service import eventloop
-from service.config import Settings
+from service.assembly.config import Settings
+from service.process import eventloop
 
 HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
 

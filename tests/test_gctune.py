@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service import gctune
+from service.process import gctune
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ CHATS = "chats"  # the chats' workspaces are {working_dir}/chats/{chatId}
 
 @dataclass(frozen=True)
 class BashOptions:
-    """The `_bash_` tool as configured (`service.app` builds it from the `bash_*` settings).
+    """The `_bash_` tool as configured (`service.assembly` builds it from the `bash_*` settings).
 
     Paths are taken as given (`~` and relative paths allowed); `policy_from`
     resolves them. `working_dir` holds the chats' workspaces; an allowed path

@@ -26,13 +26,7 @@ from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.history import replay
 from service.core.chats.uploads import Uploads
-from service.core.commands import (
-    ChatView,
-    QueryCommand,
-    SubmitCommand,
-    SubmitResult,
-    UploadCommand,
-)
+from service.core.commands import ChatView, QueryCommand, SubmitCommand, SubmitResult, UploadCommand
 from service.core.errors import (
     BusUnavailable,
     ChatNotFound,

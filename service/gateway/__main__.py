@@ -7,11 +7,11 @@ the `http_address` setting) in front of the gRPC service at `--grpc-target`
 `http_allowed_hosts` setting; the listen address's host is always allowed).
 Every other setting (heartbeat, write time-out, body limit, CORS origins) is
 read as by the service itself. Stops on SIGTERM/SIGINT. It runs on the event
-loop `AGW_EVENT_LOOP` names, as the service does (`service.eventloop`).
+loop `AGW_EVENT_LOOP` names, as the service does (`service.process.eventloop`).
 
 `--workers N` (default the `workers` setting, `AGW_WORKERS`; 0 or "auto": one
 per CPU) runs N such processes on the same address (SO_REUSEPORT) under a
-supervisor (`service.workers`); the adapter keeps no state of its own.
+supervisor (`service.process.workers`); the adapter keeps no state of its own.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import os
 import signal
 import sys
 
-from service import eventloop, logs, workers
-from service.config import Settings
+from service.assembly import logs
+from service.assembly.config import Settings
 from service.gateway.server import HttpGateway
-from service.supervisor import announce_ready
+from service.process import eventloop, workers
+from service.process.supervisor import announce_ready
 
 log = logging.getLogger("agw.http")
 

@@ -1,11 +1,17 @@
 """The interaction log: every model call, delta by delta, at DEBUG on "agw.llm" (SPEC §7).
 
-Costs one `isEnabledFor` check per call when DEBUG is off: `InteractionLog.begin`
-then returns None and the caller skips every per-delta hook. With masking on,
-values of sensitive keys (headers whose names look secret, and keys at any depth
-of the JSON body, including JSON objects embedded in strings such as tool-call
-arguments) are replaced by "***", and so is every occurrence of a secret the
-provider's client knows (its `SecretMask`), in every line.
+`LoggedModel` wraps a `ModelClient` (as pydantic-ai's `InstrumentedModel` wraps a
+model) and logs each call it opens: the request the provider reports sending (URL,
+headers, body) and each retry before the first byte, both through the call's
+observer (`service.providers.observer`); then each delta, and the end of the call
+with the error that ended it, if any, which the wrapper sees itself.
+
+Costs one `isEnabledFor` check per call when DEBUG is off: the wrapped client's
+stream is then used as it is. With masking on, values of sensitive keys (headers
+whose names look secret, and keys at any depth of the JSON body, including JSON
+objects embedded in strings such as tool-call arguments) are replaced by "***",
+and so is every occurrence of a secret the provider reports knowing (its
+`SecretMask`), in every line.
 """
 
 from __future__ import annotations
@@ -13,69 +19,76 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from opentelemetry import trace
 
 from service.core.masking import MASK, SecretMask, is_secret_header, is_sensitive, mask
-from service.core.model import ModelDelta, ModelRequest
-
-__all__ = ["MASK", "InteractionLog", "is_sensitive", "mask"]
+from service.core.model import ModelClient, ModelDelta, ModelRequest
+from service.providers.observer import observing
 
 logger = logging.getLogger("agw.llm")
 
 
-class InteractionLog:
-    """Per-provider switchboard; `begin` returns a `CallLog` only when logging is on."""
+class LoggedModel:
+    """A `ModelClient` logging every call of the client it wraps (`wrapped`)."""
 
-    __slots__ = ("enabled", "mask_sensitive", "provider", "secrets")
-
-    def __init__(
-        self,
-        provider: str,
-        *,
-        enabled: bool = True,
-        mask_sensitive: bool = True,
-        secrets: SecretMask | None = None,
-    ):
-        self.provider = provider
-        self.enabled = enabled
+    def __init__(self, wrapped: ModelClient, *, mask_sensitive: bool = True) -> None:
+        self.wrapped = wrapped
+        self.key = wrapped.key
         self.mask_sensitive = mask_sensitive
-        self.secrets = secrets if secrets is not None else SecretMask()
 
-    def begin(
-        self, request: ModelRequest, url: str, headers: Mapping[str, str], body: dict[str, Any]
-    ) -> CallLog | None:
-        """Log the request; None when the log is off or DEBUG is not enabled for agw.llm."""
-        if not self.enabled or not logger.isEnabledFor(logging.DEBUG):
-            return None
-        scrub = self.secrets if self.mask_sensitive else None
-        call = CallLog(self.provider, request, scrub)
-        hdrs: Any = dict(headers)
-        shown: Any = body
-        if self.mask_sensitive:
-            hdrs = {
-                k: MASK if is_sensitive(k) or is_secret_header(k) else v for k, v in hdrs.items()
-            }
-            shown = mask(body)
-        call.log(
-            "llm.request url=%s headers=%s body=%s",
-            url,
-            json.dumps(hdrs, ensure_ascii=False),
-            json.dumps(shown, ensure_ascii=False, default=str),
-        )
-        return call
+    def stream(
+        self, request: ModelRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[ModelDelta]]:
+        """The wrapped client's call, logged when DEBUG is enabled for agw.llm."""
+        if not logger.isEnabledFor(logging.DEBUG):
+            return self.wrapped.stream(request)
+        return self._logged(request)
+
+    async def aclose(self) -> None:
+        await self.wrapped.aclose()
+
+    @asynccontextmanager
+    async def _logged(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[ModelDelta]]:
+        call = CallLog(self.key, request, mask_sensitive=self.mask_sensitive)
+        try:
+            async with AsyncExitStack() as stack:
+                with observing(call):  # the provider reports the request and its retries
+                    deltas = await stack.enter_async_context(self.wrapped.stream(request))
+                relayed = _relay(deltas, call)
+                stack.push_async_callback(relayed.aclose)
+                yield relayed
+        except BaseException as exc:
+            call.end(exc)
+            raise
+        call.end()
+
+
+async def _relay(
+    deltas: AsyncIterator[ModelDelta], call: CallLog
+) -> AsyncGenerator[ModelDelta, None]:
+    async for delta in deltas:
+        call.delta(delta)
+        yield delta
 
 
 class CallLog:
-    """The log of one model call (only exists while DEBUG is enabled)."""
+    """The log of one model call (only exists while DEBUG is enabled); its `CallObserver`."""
 
-    __slots__ = ("_extra", "_prefix", "_scrub", "_started", "_tool_names", "deltas")
+    __slots__ = (
+        "_extra",
+        "_mask_sensitive",
+        "_prefix",
+        "_scrub",
+        "_started",
+        "_tool_names",
+        "deltas",
+    )
 
-    def __init__(
-        self, provider: str, request: ModelRequest, scrub: SecretMask | None = None
-    ) -> None:
+    def __init__(self, provider: str, request: ModelRequest, *, mask_sensitive: bool) -> None:
         ctx = trace.get_current_span().get_span_context()
         trace_id = f"{ctx.trace_id:032x}" if ctx.is_valid else ""
         self._extra = {
@@ -88,7 +101,8 @@ class CallLog:
             f"provider={provider} model={request.model} run_id={request.run_id} "
             f"stage={request.stage}" + (f" trace_id={trace_id}" if trace_id else "")
         )
-        self._scrub = scrub or None  # None: nothing to mask by value
+        self._mask_sensitive = mask_sensitive
+        self._scrub: SecretMask | None = None  # None: nothing to mask by value
         self._started = time.monotonic()
         self._tool_names: dict[int, str] = {}
         self.deltas = 0
@@ -99,6 +113,25 @@ class CallLog:
         else:
             text = self._scrub(msg % args)
             logger.debug("%s %s", self._prefix, text, extra=self._extra)
+
+    def request(
+        self, url: str, headers: Mapping[str, str], body: Mapping[str, Any], secrets: SecretMask
+    ) -> None:
+        if self._mask_sensitive:
+            self._scrub = secrets or None
+        hdrs: Any = dict(headers)
+        shown: Any = body
+        if self._mask_sensitive:
+            hdrs = {
+                k: MASK if is_sensitive(k) or is_secret_header(k) else v for k, v in hdrs.items()
+            }
+            shown = mask(body)
+        self.log(
+            "llm.request url=%s headers=%s body=%s",
+            url,
+            json.dumps(hdrs, ensure_ascii=False),
+            json.dumps(shown, ensure_ascii=False, default=str),
+        )
 
     def retry(self, attempt: int, delay: float, error: BaseException) -> None:
         self.log("llm.retry attempt=%d delay=%.3fs error=%s", attempt, delay, error)

@@ -26,7 +26,11 @@ The body is parsed with bounded lines and events (`max_sse_line_bytes`,
 `ProviderError` naming it. Every secret the client knows (the API key, the
 values of secret-looking or `secret_headers` headers, credentials in the base
 URL or `extra_body`, proxy credentials) is masked by value in every error
-message and interaction-log line it produces, before any truncation.
+message it produces, before any truncation.
+
+Each request sent (with those secrets, for masking) and each retry are reported
+to the call's observer (`service.providers.observer`): the interaction log
+(`LoggedModel`, which wraps the client when it is on) makes its lines of them.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from yarl import URL
 from service.core.errors import ProviderError, ProviderTimeout
 from service.core.masking import SecretMask, is_secret_header, is_sensitive
 from service.core.model import ModelDelta, ModelRequest
-from service.providers.interaction_log import CallLog, InteractionLog
+from service.providers import observer
 from service.providers.openai_wire import (
     ReasoningStyle,
     encode_body,
@@ -71,7 +75,7 @@ _DRAIN_S = 0.1  # after [DONE], wait this long for the end of the body, to reuse
 
 @dataclass(frozen=True)
 class ProviderOptions:
-    """What the client of one OpenAI-compatible provider reads; `service.app` builds it."""
+    """What the client of one OpenAI-compatible provider reads; `service.assembly.app` builds it."""
 
     base_url: str  # up to /v1, e.g. https://api.openai.com/v1
     api_key: SecretStr = field(default_factory=lambda: SecretStr(""))
@@ -100,8 +104,6 @@ class OpenAIChatClient:
         key: str,
         options: ProviderOptions,
         *,
-        log_enabled: bool = True,
-        log_mask: bool = True,
         max_retry_delay_s: float = 30.0,
     ) -> None:
         self.key = key
@@ -121,9 +123,6 @@ class OpenAIChatClient:
         self._mask = SecretMask(_known_secrets(options, headers, self._proxy_auth))
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(options.max_connections)
-        self._log = InteractionLog(
-            key, enabled=log_enabled, mask_sensitive=log_mask, secrets=self._mask
-        )
 
     def _start(self) -> aiohttp.ClientSession:
         """The connection pool, created on first use (aiohttp binds it to the running loop)."""
@@ -160,10 +159,10 @@ class OpenAIChatClient:
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[ModelDelta]]:
         """Open the call (retrying before the first byte); yield an iterator of deltas."""
         body = self.build_body(request)
-        log = self._log.begin(request, self.url, self._headers, body)
+        observer.current().request(self.url, self._headers, body, self._mask)
         try:
-            response, first = await self._open(encode_body(body), log)  # holds a slot
-            deltas = self._deltas(response, first, log)
+            response, first = await self._open(encode_body(body))  # holds a slot
+            deltas = self._deltas(response, first)
             try:
                 yield deltas
             finally:  # synchronous up to `aclose`, which does not suspend either
@@ -172,15 +171,7 @@ class OpenAIChatClient:
                 await deltas.aclose()
         except ProviderError as exc:
             self._scrub(exc)
-            if log is not None:
-                log.end(exc)
             raise
-        except BaseException as exc:
-            if log is not None:
-                log.end(exc)
-            raise
-        if log is not None:
-            log.end()
 
     def _scrub(self, error: ProviderError) -> None:
         """Mask this provider's secrets in an error, whatever raised it (they are masked
@@ -211,10 +202,9 @@ class OpenAIChatClient:
                 self.key, f"no free connection within {timeout}s (max_connections={n})"
             ) from None
 
-    async def _open(
-        self, content: bytes, log: CallLog | None
-    ) -> tuple[aiohttp.ClientResponse, bytes]:
-        """The response and its first body bytes, after retries; holds a slot on return."""
+    async def _open(self, content: bytes) -> tuple[aiohttp.ClientResponse, bytes]:
+        """The response and its first body bytes, after retries (each reported to the call's
+        observer); holds a slot on return."""
         session = self._session or self._start()
         attempt = 0
         while True:
@@ -239,8 +229,7 @@ class OpenAIChatClient:
                 delay = retry_after_s
             delay = min(delay, self._max_delay)
             attempt += 1
-            if log is not None:
-                log.retry(attempt, delay, err)
+            observer.current().retry(attempt, delay, err)
             await asyncio.sleep(delay)
 
     async def _attempt(
@@ -274,7 +263,7 @@ class OpenAIChatClient:
                 response.close()
 
     async def _deltas(
-        self, response: aiohttp.ClientResponse, chunk: bytes, log: CallLog | None
+        self, response: aiohttp.ClientResponse, chunk: bytes
     ) -> AsyncGenerator[ModelDelta, None]:
         """The deltas of the body, read by the consuming task; `chunk` is its first bytes."""
         options = self.options
@@ -297,8 +286,6 @@ class OpenAIChatClient:
                         continue
                     if delta.finish_reason is not None:
                         finished = True
-                    if log is not None:
-                        log.delta(delta)
                     yield delta
                 if parser.error is not None:  # after the events completed before the breach
                     raise self._limit_error(parser.error)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from service.core.errors import ProviderNotConfigured
 from service.core.model import ModelClient
+from service.providers.interaction_log import LoggedModel
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 
 
@@ -14,7 +15,8 @@ class ProviderRegistry:
     """Key → ModelClient, with the default provider and each provider's default model.
 
     `providers` are the OpenAI-compatible providers to open a client for;
-    `log_enabled` and `log_mask` switch their interaction log and its masking.
+    `log_enabled` and `log_mask` switch the interaction log and its masking: when it is
+    on, every client, opened here or registered, is wrapped in a `LoggedModel`.
     """
 
     def __init__(
@@ -28,16 +30,20 @@ class ProviderRegistry:
         self._clients: dict[str, ModelClient] = {}
         self._models: dict[str, str] = {}
         self._default = default_provider
+        self._log_enabled, self._log_mask = log_enabled, log_mask
         for key, options in (providers or {}).items():
-            client = OpenAIChatClient(key, options, log_enabled=log_enabled, log_mask=log_mask)
+            client = OpenAIChatClient(key, options)
             self.register(key, client, default_model=options.default_model)
 
     def register(self, key: str, client: ModelClient, *, default_model: str | None = None) -> None:
-        """Add (or replace) a provider; its default model defaults to its options' one."""
+        """Add (or replace) a provider, logged when the interaction log is on; its default
+        model defaults to its options' one."""
         if default_model is None:
             default_model = (
                 client.options.default_model if isinstance(client, OpenAIChatClient) else ""
             )
+        if self._log_enabled:
+            client = LoggedModel(client, mask_sensitive=self._log_mask)
         self._clients[key] = client
         self._models[key] = default_model
 

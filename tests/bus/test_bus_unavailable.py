@@ -19,7 +19,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 
 from service.providers.loopback import LoopbackProvider
-from service.testing_servers import RedisServer, redis_binary
+from service.testing import RedisServer, redis_binary
 from tests.bus.conftest import rest, started, until
 from tests.bus.test_replicas import ANSWER, HEAD, gated
 from tests.core.tools.kit import answer_turn, kinds

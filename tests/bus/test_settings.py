@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from service.app import App
-from service.config import Settings
+from service.assembly.app import App
+from service.assembly.config import Settings
 from service.state import RUN_BUSES, StateOptions
 from service.state.redis_bus import RedisRunBus
 

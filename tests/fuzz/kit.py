@@ -34,7 +34,7 @@ from agw.v1 import events_pb2 as pb
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 
-from service.config import ApiKeySettings
+from service.assembly.config import ApiKeySettings
 from service.providers import loopback as lb
 from service.providers.demo import demo_responder
 from service.providers.loopback import LoopbackProvider

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.config import ModelPrice, ProviderSettings
+from service.assembly.config import ModelPrice, ProviderSettings
 from service.providers import loopback as lb
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
@@ -278,7 +278,7 @@ async def test_secrets_never_reach_logs_or_debug_events(
 async def test_log_lines_of_a_run_carry_its_trace_id(
     gateway: Harness, provider: LoopbackProvider
 ) -> None:
-    from service.telemetry import TraceIdFilter
+    from service.assembly.telemetry import TraceIdFilter
 
     class Collect(logging.Handler):
         def __init__(self) -> None:

@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.config import ProviderSettings
+from service.assembly.config import ProviderSettings
 from service.core.errors import ProviderError
 from service.core.model import ModelDelta
 from service.providers.loopback import DONE, LoopbackProvider, content, finish, usage

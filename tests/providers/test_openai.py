@@ -16,7 +16,15 @@ import pytest
 from pydantic import SecretStr
 
 from service.core.errors import ProviderError, ProviderNotConfigured, ProviderTimeout
-from service.core.model import ModelDelta, ModelRequest, Reasoning, ToolCallDelta, Usage
+from service.core.model import (
+    ModelClient,
+    ModelDelta,
+    ModelRequest,
+    Reasoning,
+    ToolCallDelta,
+    Usage,
+)
+from service.providers.interaction_log import LoggedModel
 from service.providers.loopback import (
     CLOSE,
     DONE,
@@ -68,9 +76,7 @@ def req_with(text: str) -> ModelRequest:
     return ModelRequest(provider="fake", model="m", messages=[{"role": "user", "content": text}])
 
 
-async def collect(
-    client: OpenAIChatClient, request: ModelRequest | None = None
-) -> list[ModelDelta]:
+async def collect(client: ModelClient, request: ModelRequest | None = None) -> list[ModelDelta]:
     async with client.stream(request or req()) as deltas:
         return [d async for d in deltas]
 
@@ -674,10 +680,12 @@ async def test_reasoning_styles(
 async def test_interaction_log_masks_secrets(
     server: LoopbackProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = make_client(
-        server,
-        headers={"X-Api-Key": SECRET},
-        extra_body={"api_key": SECRET, "options": {"Password": SECRET, "max_tokens": 9}},
+    client = LoggedModel(
+        make_client(
+            server,
+            headers={"X-Api-Key": SECRET},
+            extra_body={"api_key": SECRET, "options": {"Password": SECRET, "max_tokens": 9}},
+        )
     )
     args = json.dumps({"token": SECRET, "city": "Paris"})
     messages: list[dict[str, Any]] = [
@@ -719,11 +727,12 @@ async def test_interaction_log_switches(
     server: LoopbackProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="agw.llm")
-    unmasked = OpenAIChatClient(
-        "fake", ProviderOptions(base_url=server.url, api_key=SecretStr(SECRET)), log_mask=False
+    unmasked = LoggedModel(
+        OpenAIChatClient("fake", ProviderOptions(base_url=server.url, api_key=SecretStr(SECRET))),
+        mask_sensitive=False,
     )
-    off = OpenAIChatClient("fake", ProviderOptions(base_url=server.url), log_enabled=False)
-    server.enqueue([finish("stop"), DONE], [finish("stop"), DONE])
+    off = OpenAIChatClient("fake", ProviderOptions(base_url=server.url))  # no log: not wrapped
+    server.enqueue(*[[finish("stop"), DONE]] * 3)
     try:
         await collect(unmasked)
         assert SECRET in caplog.text
@@ -731,7 +740,8 @@ async def test_interaction_log_switches(
         await collect(off)
         assert not [r for r in caplog.records if r.name == "agw.llm"]
         caplog.set_level(logging.INFO, logger="agw.llm")
-        assert unmasked._log.begin(req(), "u", {}, {}) is None
+        await collect(unmasked)  # DEBUG is off: the wrapped client's stream, not logged
+        assert not [r for r in caplog.records if r.name == "agw.llm"]
     finally:
         await unmasked.aclose()
         await off.aclose()
@@ -781,8 +791,7 @@ async def test_registry(server: LoopbackProvider) -> None:
     try:
         assert registry.default_key == "a"
         client = registry.get("a")
-        assert isinstance(client, OpenAIChatClient)
-        assert (client._log.enabled, client._log.mask_sensitive) == (False, False)
+        assert isinstance(client, OpenAIChatClient)  # the interaction log is off: not wrapped
         assert registry.get("b").key == "b"
         assert registry.default_model("a") == "ma" and registry.default_model("b") == ""
         with pytest.raises(ProviderNotConfigured) as info:
@@ -793,6 +802,16 @@ async def test_registry(server: LoopbackProvider) -> None:
         assert registry.get("demo") is demo and registry.default_model("demo") == "dm"
     finally:
         await registry.aclose()
+    logged = ProviderRegistry({"a": ProviderOptions(base_url=server.url)}, log_mask=False)
+    try:
+        client = logged.get("a")
+        assert isinstance(client, LoggedModel) and not client.mask_sensitive
+        assert isinstance(client.wrapped, OpenAIChatClient) and client.key == "a"
+        demo = make_client(server)
+        logged.register("demo", demo)
+        assert isinstance(wrapped := logged.get("demo"), LoggedModel) and wrapped.wrapped is demo
+    finally:
+        await logged.aclose()
     empty = ProviderRegistry(default_provider="x")
     assert empty.default_key == "x"
     with pytest.raises(ProviderNotConfigured):

@@ -17,7 +17,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 from pydantic import SecretStr
 
-from service.config import ProviderSettings
+from service.assembly.config import ProviderSettings
 from service.core.masking import SecretMask
 from service.providers.loopback import (
     DONE,

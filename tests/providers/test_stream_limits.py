@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from service.config import ProviderSettings
+from service.assembly.config import ProviderSettings
 from service.providers.loopback import DONE, Gate, LoopbackProvider, ScriptItem, content, finish
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, Harness
 

@@ -24,7 +24,7 @@ from service.core.ids import ANONYMOUS, Principal
 from service.state.pg_schema import Migration, migrate, migrations, open_pool
 from service.state.pg_uploads import PostgresUploadStore
 from service.state.postgres import PostgresChatStore, PostgresRunLog
-from service.testing_servers import PostgresServer
+from service.testing import PostgresServer
 from tests.state.test_ports import query, step
 
 

@@ -21,10 +21,9 @@ import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.config import ApiKeySettings
+from service.assembly.config import ApiKeySettings
 from service.providers.loopback import DONE, LoopbackProvider, content, finish
-from service.testing import Harness
-from service.testing_servers import PostgresServer
+from service.testing import Harness, PostgresServer
 from tests.transport.test_query import error_info
 
 KEYS = [

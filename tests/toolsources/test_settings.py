@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.app import mcp_options
-from service.config import Settings
+from service.assembly.app import mcp_options
+from service.assembly.config import Settings
 from service.toolsources.mcp import McpServerOptions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ from agw.v1 import gateway_pb2 as gw
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from service.config import ApiKeySettings, Settings
+from service.assembly.config import ApiKeySettings, Settings
+from service.assembly.security import UnsafeExposure, check_exposure, is_loopback
 from service.providers.loopback import LoopbackProvider
-from service.security import UnsafeExposure, check_exposure, is_loopback
 from service.testing import Harness
 from service.transport.auth import api_key
 from tests.core.tools.kit import agent, answer_turn, call_turn, tool_gateway, tools
@@ -314,7 +314,7 @@ def test_a_non_loopback_address_without_authentication_refuses_to_start() -> Non
     assert is_loopback("127.0.0.1:1") and is_loopback("localhost:1") and is_loopback("[::1]:1")
     assert not is_loopback("0.0.0.0:1") and not is_loopback(":1") and not is_loopback("[::]:1")
     exposed = Settings(grpc_address="0.0.0.0:50051", http_enabled=False)
-    from service.security import authenticator
+    from service.assembly.security import authenticator
 
     with pytest.raises(UnsafeExposure, match=r"refusing to serve 0\.0\.0\.0:50051"):
         check_exposure(exposed, authenticator(exposed))

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.config import Settings
+from service.assembly.config import Settings
 from service.providers.loopback import DONE, LoopbackProvider, content, finish
 from service.testing import Harness
 from tests.transport.test_query import error_info

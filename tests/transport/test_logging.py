@@ -17,8 +17,8 @@ import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
 
-from service.config import ApiKeySettings
-from service.logs import JsonFormatter, TextFormatter
+from service.assembly.config import ApiKeySettings
+from service.assembly.logs import JsonFormatter, TextFormatter
 from service.providers.loopback import (
     DONE,
     Gate,

@@ -93,8 +93,8 @@ async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess
         "-c",
         "import asyncio, sys\n"
         "from service.__main__ import serve\n"
-        "from service.config import Settings\n"
-        "from service import logs\n"
+        "from service.assembly.config import Settings\n"
+        "from service.assembly import logs\n"
         "logs.configure('INFO', 'text')\n"
         "asyncio.run(serve(Settings(), port_file=sys.argv[1]))\n",
         str(port_file),
@@ -180,7 +180,7 @@ async def test_text_log_lines_read_plainly(tmp_path: Path) -> None:
 
 
 def test_a_traced_log_line_ends_with_its_trace_id() -> None:
-    from service.logs import TextFormatter
+    from service.assembly.logs import TextFormatter
 
     record = logging.makeLogRecord({"name": "agw.runtime", "msg": "run ended", "levelname": "INFO"})
     assert TextFormatter().format(record).endswith(" INFO    agw.runtime: run ended")

@@ -92,8 +92,8 @@ async def test_grpc_and_http_are_served_over_tls(
 
 
 def test_tls_needs_both_files(tmp_path: Path) -> None:
-    from service.config import Settings
-    from service.security import tls_material
+    from service.assembly.config import Settings
+    from service.assembly.security import tls_material
 
     cert_file, _ = self_signed(tmp_path)
     with pytest.raises(ValueError, match="both"):

@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service import supervisor
-from service.config import Settings
-from service.supervisor import Supervisor, WorkerSpec, reserve_port
-from service.testing_servers import free_port
-from service.workers import shared_state_problem, worker_replica_id
+from service.assembly.config import Settings
+from service.process import supervisor
+from service.process.supervisor import Supervisor, WorkerSpec, reserve_port
+from service.process.workers import shared_state_problem, worker_replica_id
+from service.testing import free_port
 from tests.workers.conftest import ROOT, START_TIMEOUT_S, Service, service_env
 from tests.workers.test_workers import _established
 

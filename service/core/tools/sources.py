@@ -25,7 +25,7 @@ The registry reads a source's `version` on every resolution (each model turn, ea
 call) and reads its tools again when it changed, so a source whose tools change
 while a run goes on is seen on the run's next turn. Adding a tool source is a
 new module implementing `ToolSource` plus one registration: an entry in the
-`sources` of the `ToolRegistry` the service builds (service/app.py), or
+`sources` of the `ToolRegistry` the service builds (service/assembly/app.py), or
 `ToolRegistry.add_source`. Sources resolve in order: the built-ins, the added
 sources, then the tool files.
 """

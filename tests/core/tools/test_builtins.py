@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from service.app import bash_options
+from service.assembly.app import bash_options
+from service.assembly.config import Settings
 from service.builtins.bash import BashOptions, bash_tool, describe, policy_from
 from service.builtins.builtin import builtin_tools
 from service.builtins.city_datetime import CityDatetime
 from service.builtins.sandbox import SandboxResult
 from service.builtins.weather import MockCityWeather, forecast
-from service.config import Settings
 from service.core.tools.definitions import ToolError
 from service.core.tools.registry import ToolCallInfo
 

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from cryptography import x509
 
-from service.config import Settings
+from service.assembly.config import Settings
 from service.transport.auth import Authenticator, JwtOptions, api_key
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})

@@ -8,10 +8,11 @@ import logging
 import os
 from typing import Any
 
-from service import security, state
+from service import state
+from service.assembly import security
+from service.assembly.config import McpServerSettings, ProviderSettings, Settings
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
-from service.config import McpServerSettings, ProviderSettings, Settings
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.uploads import Uploads

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from service import testing as sm
 from service.core.errors import ProviderError
 from service.core.model import ModelClient, ModelDelta, ModelRequest, ToolCallDelta, Usage
 from service.providers import loopback as lb
-from service.providers import scripted as sm
-from service.providers.scripted import ScriptedModel
+from service.testing import ScriptedModel
 
 
 def request(text: str = "Hi") -> ModelRequest:

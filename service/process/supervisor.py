@@ -15,7 +15,7 @@ supervisor's exit code is then 1. Each worker dies with the supervisor
 (`PR_SET_PDEATHSIG`: SIGTERM, so it still drains), never left behind.
 
 Each worker gets its name in `AGW_WORKER_NAME` (`worker_name`: `w0`, `w1`, `w0.1`
-once slot 0 was restarted), which tags every line it logs (`service.logs`).
+once slot 0 was restarted), which tags every line it logs (`service.assembly.logs`).
 
 Ports are shared with SO_REUSEPORT, so the kernel spreads new connections over the
 listening workers; `reserve_port` gives a free one for an address of port 0 and

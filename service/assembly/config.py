@@ -23,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from service.eventloop import EventLoopChoice
+from service.process.eventloop import EventLoopChoice
 from service.providers.openai_wire import ReasoningStyle
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 
-from service.telemetry import TraceIdFilter
+from service.assembly.telemetry import TraceIdFilter
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 

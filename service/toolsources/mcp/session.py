@@ -1,29 +1,22 @@
-"""MCP servers as tool sources: each configured server's tools, offered as backend tools.
+"""The connection to one MCP server, kept by a supervisor task, with the official `mcp` SDK.
 
-`McpServer` is one configured server (`McpServerOptions`), reached over stdio (a
-command the service starts) or streamable HTTP (a URL), with the official `mcp`
-SDK. It is an executing `ToolSource`: while connected it defines one backend tool
-per tool the server lists, named `{tool_prefix}{tool}` (`mcp__{server}__{tool}` by
-default, characters a model's tool name cannot hold becoming `_`), whose call is
-the server's `tools/call`. Every definition carries the server's `ToolOrigin`
-(`mcp:{server}`), which a run describes with `source.snapshot` when a turn first
-offers one of its tools; an agent offers all of a server's tools with
-`toolConfig.mcp: ["server"]`, or some of them by name in `toolConfig.backends`.
+`McpSession` reaches the server over stdio (a command the service starts) or
+streamable HTTP (a URL). Its supervisor task connects (the `initialize`
+handshake, then `tools/list`, within `connect_timeout_s`), re-lists the tools
+when the server sends `notifications/tools/list_changed`, and pings the server
+every `ping_interval_s`. A server that cannot be started or reached, stops
+answering or closes the connection (a crash, even in the middle of a call) has
+its tools withdrawn and the reason reported; the supervisor connects again
+after a back-off that doubles from `reconnect_min_s` up to `reconnect_max_s`. A
+call in flight when the connection closes gets an error result.
 
-A supervisor task keeps the connection: it connects (the `initialize` handshake,
-then `tools/list`, within `connect_timeout_s`), re-lists the tools when the server
-sends `notifications/tools/list_changed`, and pings the server every
-`ping_interval_s`. A server that cannot be started or reached, stops answering or
-closes the connection (a crash, even in the middle of a call) has its tools
-withdrawn and the reason in the source's `errors` and the log; the supervisor
-connects again after a back-off that doubles from `reconnect_min_s` up to
-`reconnect_max_s`. A call in flight when the connection closes gets an error result.
+What the session learns it tells its `Listener` (the source face, `McpServer`):
+who the server is, the tools it lists, and that they are withdrawn (and why).
 
 A call's result is the text of the tool's content (other content is named, not
 inlined), cut to `max_output_bytes`; a result flagged `isError` is the call's
-error result. The call's time-out is the server's `timeout_s`, kept by the tool
-executor like any backend tool's; while a call is in flight the connection is
-not pinged (a server busy with it may answer a ping late).
+error result. While a call is in flight the connection is not pinged (a server
+busy with it may answer a ping late).
 
 `${ENV:NAME}` references in the headers and in the environment given to a stdio
 server are resolved at each connection; the resolved values are masked in
@@ -39,90 +32,63 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.core.masking import SecretMask
-from service.core.tools.definitions import (
-    ToolDefinition,
-    ToolError,
-    ToolOrigin,
-    schema_issues,
-)
-from service.core.tools.sources import ToolCallInfo, ToolHandler, mcp_origin_id
-from service.toolsources.references import Expanded, MissingVariable, cut, public_url
+from service.core.tools.definitions import ToolError
+from service.toolsources.mcp.options import McpServerOptions
+from service.toolsources.references import Expanded, MissingVariable, cut
 
 if TYPE_CHECKING:
     import anyio
     from mcp import ClientSession
-    from mcp.types import CallToolResult, Tool
+    from mcp.types import CallToolResult, Implementation, Tool
 
 log = logging.getLogger("agw.tools.mcp")
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_LIST_PAGES = 100
 ERROR_CHARS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class McpServerOptions:
-    """One MCP server as configured (plain values; `${ENV:NAME}` references unresolved)."""
-
-    name: str
-    transport: Literal["stdio", "http"]
-    command: str = ""  # stdio: the program, and its arguments, environment, directory
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    url: str = ""  # http: the streamable HTTP endpoint (no credentials), and the headers sent
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 30.0  # a call
-    tool_prefix: str | None = None  # None: "mcp__{name}__"
-    title: str = ""  # default: the name
-    icon: str = ""  # a URL or "emoji:..."; default: the server's own icon URL, if any
-    connect_timeout_s: float = 10.0
-    max_output_bytes: int = 64 * 1024
-    ping_interval_s: float = 10.0
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 60.0
-
-    @property
-    def prefix(self) -> str:
-        return f"mcp__{self.name}__" if self.tool_prefix is None else self.tool_prefix
 
 
 class ConnectionLost(Exception):
     """The server closed the connection or stopped answering."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Tool:
-    definition: ToolDefinition
-    remote_name: str  # the tool's name on the server
+class Listener(Protocol):
+    """What a session tells the source it serves."""
+
+    def identified(self, server: Implementation) -> None:
+        """The server answered the handshake: its name, version and icons."""
+        ...
+
+    def offer(self, tools: Sequence[Tool]) -> int:
+        """The server listed `tools` (on connecting, and when they changed); how many are
+        offered."""
+        ...
+
+    def withdraw(self, reason: str) -> None:
+        """The server is not connected (for `reason`): its tools are gone."""
+        ...
 
 
-class McpServer:
-    """One MCP server's tools, while it is connected (an executing, described source)."""
+class McpSession:
+    """One server's connection, kept (connected again after a back-off) until stopped."""
 
-    executes = True
-
-    def __init__(self, options: McpServerOptions, *, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        options: McpServerOptions,
+        *,
+        environ: Mapping[str, str],
+        name: str,
+        listener: Listener,
+    ) -> None:
         self.options = options
         self.environ = environ
-        self.name = f"MCP server '{options.name}'"
-        self._origin = ToolOrigin(
-            mcp_origin_id(options.name),
-            options.title or options.name,
-            public_url(options.url) if options.transport == "http" else "",
-            options.icon,
-        )
-        self._version = 0
-        self._tools: dict[str, _Tool] = {}
-        self._errors: dict[str, str] = {}
+        self.name = name
+        self._listener = listener
         self._session: ClientSession | None = None
         self._stale = False  # the server said its tools changed
         self._lost = ""  # why the connection is gone, when a call found out
@@ -137,37 +103,9 @@ class McpServer:
         self._reported = False  # the current attempt's failure is reported
         self.connections = 0  # connections made so far
 
-    # -- ToolSource ------------------------------------------------------------------------
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
-    def errors(self) -> Mapping[str, str]:
-        return self._errors
-
-    @property
-    def origins(self) -> Sequence[ToolOrigin]:
-        return (self._origin,)
-
     @property
     def connected(self) -> bool:
         return self._session is not None
-
-    def definitions(self) -> Mapping[str, ToolDefinition]:
-        return {name: tool.definition for name, tool in self._tools.items()}
-
-    def handler(self, name: str) -> ToolHandler | None:
-        tool = self._tools.get(name)
-        if tool is None:
-            return None
-        remote = tool.remote_name
-
-        async def run(arguments: dict[str, Any], call: ToolCallInfo) -> Any:
-            return await self.call(remote, arguments)
-
-        return run
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -180,7 +118,7 @@ class McpServer:
             await asyncio.wait_for(self._attempted.wait(), wait)
 
     async def stop(self) -> None:
-        """Close the connection (a stdio server is stopped) and withdraw the tools."""
+        """Close the connection (a stdio server is stopped)."""
         task, self._task = self._task, None
         if task is not None:
             # Through the supervisor's cancel scope, which respects the SDK's shielded
@@ -191,7 +129,6 @@ class McpServer:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._publish({}, {})
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -294,13 +231,12 @@ class McpServer:
                 self._stale, self._lost = False, ""
                 async with asyncio.timeout(self.options.connect_timeout_s):
                     init = await session.initialize()
-                    if not self.options.icon:
-                        self._origin = _with_server_icon(self._origin, init.server_info)
+                    self._listener.identified(init.server_info)
                     tools = await _list_tools(session)
                 self._session = session
                 self.connections += 1
-                self._offer(tools)
-                log.info("%s: connected, %d tools", self.name, len(self._tools))
+                offered = self._listener.offer(tools)
+                log.info("%s: connected, %d tools", self.name, offered)
                 self._attempted.set()
                 await self._serve(session)
             except Exception as exc:
@@ -316,7 +252,7 @@ class McpServer:
             return
         self._reported = True
         log.warning("%s: %s; connecting again in %g s", self.name, reason, self._delay)
-        self._publish({}, {self.name: f"{self.name}: not connected ({reason})"})
+        self._listener.withdraw(reason)
         self._attempted.set()
 
     async def _serve(self, session: ClientSession) -> None:
@@ -347,8 +283,8 @@ class McpServer:
             async with asyncio.timeout(self.options.connect_timeout_s):
                 tools = await _list_tools(session)
             if self._session is session:
-                self._offer(tools)
-                log.info("%s: tools changed, %d tools", self.name, len(self._tools))
+                offered = self._listener.offer(tools)
+                log.info("%s: tools changed, %d tools", self.name, offered)
 
     def _transport(self) -> AbstractAsyncContextManager[Any]:
         """The SDK transport of the server, references resolved."""
@@ -387,45 +323,6 @@ class McpServer:
         if not self._lost:
             self._lost = reason
         self._wake.set()
-
-    # -- tools -----------------------------------------------------------------------------
-
-    def _offer(self, tools: Sequence[Tool]) -> None:
-        """Define the listed tools (the ones that cannot be offered are reported)."""
-        offered: dict[str, _Tool] = {}
-        problems: list[str] = []
-        for tool in tools:
-            name = self.options.prefix + re.sub(r"[^A-Za-z0-9_-]", "_", tool.name)
-            schema = dict(tool.input_schema or {})
-            schema.setdefault("type", "object")
-            issues = schema_issues(schema)
-            if not TOOL_NAME.match(name):
-                problems.append(f"tool '{tool.name}': '{name}' is not a valid tool name")
-            elif name in offered:
-                problems.append(f"tool '{tool.name}': '{name}' is taken by another of its tools")
-            elif issues:
-                problems.append(f"tool '{tool.name}': inputSchema{issues[0]}")
-            else:
-                definition = ToolDefinition(
-                    name=name,
-                    kind="backend",
-                    description=tool.description or tool.title or tool.name,
-                    parameters=schema,
-                    timeout_s=self.options.timeout_s,
-                    source=self.name,
-                    origin=self._origin,
-                )
-                offered[name] = _Tool(definition, tool.name)
-        errors = {self.name: f"{self.name}: {'; '.join(problems)}"} if problems else {}
-        if problems:
-            log.warning("%s: tools not offered: %s", self.name, "; ".join(problems))
-        self._publish(offered, errors)
-
-    def _publish(self, tools: dict[str, _Tool], errors: dict[str, str]) -> None:
-        if tools == self._tools and errors == self._errors:
-            return
-        self._tools, self._errors = tools, errors
-        self._version += 1
 
     def _reason(self, exc: BaseException) -> str:
         """Why a connection failed, in words that hold no resolved secret."""
@@ -474,15 +371,6 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
     client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
     async with client, streamable_http_client(url, http_client=client) as streams:
         yield streams
-
-
-def _with_server_icon(origin: ToolOrigin, info: Any) -> ToolOrigin:
-    """`origin` with the first http(s) icon the server announces, if any."""
-    for icon in getattr(info, "icons", None) or ():
-        src = str(getattr(icon, "src", ""))
-        if src.startswith(("https://", "http://")) and len(src) <= 2048:
-            return ToolOrigin(origin.source_id, origin.title, origin.url, src)
-    return origin
 
 
 def _errlog() -> Any:

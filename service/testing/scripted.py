@@ -29,23 +29,6 @@ from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
 from service.providers.loopback import DONE, Gate, Pause
 from service.providers.openai_wire import parse_chunk
 
-__all__ = [
-    "DONE",
-    "Gate",
-    "Pause",
-    "ScriptedCall",
-    "ScriptedModel",
-    "StreamError",
-    "content",
-    "fail",
-    "finish",
-    "reasoning",
-    "tool_call",
-    "tool_call_part",
-    "tool_calls",
-    "usage",
-]
-
 #: A turn: ModelDelta, loopback chunk dict, Pause, Gate, StreamError, exception or DONE items.
 Turn: TypeAlias = Iterable[object]
 

@@ -1,15 +1,16 @@
-"""Test harness, public for users too: the real service in-process, on loopback.
+"""The service in-process, for tests (users' too): `Harness` on loopback, `InProcess` bare.
 
     async with LoopbackProvider() as provider, Harness.start(tmp_path, provider) as gw:
         provider.enqueue([content("Hi"), finish("stop"), DONE])
         events = await gw.query("my_agent", "Hello")
 
 The harness runs the whole `App` (gRPC server on an ephemeral loopback port,
-real HTTP client to the provider), so tests exercise the real transports.
+real HTTP client to the provider, a `LoopbackProvider` of
+`service.providers.loopback`), so tests exercise the real transports.
 
 `InProcess` runs the core alone, with no socket at all: the front door over an
-agents directory, in-memory state, and a `ScriptedModel` (an in-process model) as
-its only provider.
+agents directory, in-memory state, and a `ScriptedModel` (an in-process model,
+`service.testing.scripted`) as its only provider.
 
     model = ScriptedModel()
     async with InProcess.start(agents_dir, model) as core:
@@ -31,8 +32,8 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
-from service.app import App
-from service.config import ProviderSettings, Settings
+from service.assembly.app import App
+from service.assembly.config import ProviderSettings, Settings
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.uploads import Uploads
@@ -44,48 +45,9 @@ from service.core.tools.registry import BackendTool, ToolRegistry
 from service.core.tools.skill_tool import SkillTools
 from service.providers.loopback import LoopbackProvider
 from service.providers.registry import ProviderRegistry
-from service.providers.scripted import (
-    DONE,
-    Gate,
-    Pause,
-    ScriptedCall,
-    ScriptedModel,
-    StreamError,
-    content,
-    fail,
-    finish,
-    reasoning,
-    tool_call,
-    tool_call_part,
-    tool_calls,
-    usage,
-)
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
 from service.state.upload_files import FileUploadStore
-
-__all__ = [
-    "DONE",
-    "FAKE_MODEL",
-    "FAKE_PROVIDER",
-    "Gate",
-    "Harness",
-    "InProcess",
-    "Pause",
-    "ScriptedCall",
-    "ScriptedModel",
-    "StreamError",
-    "content",
-    "fail",
-    "finish",
-    "oneshot_agent",
-    "reasoning",
-    "tool_call",
-    "tool_call_part",
-    "tool_calls",
-    "usage",
-    "write_agent",
-]
 
 FAKE_PROVIDER = "fake"
 FAKE_MODEL = "fake-model"

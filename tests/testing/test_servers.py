@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from service.testing_servers import (
+from service.testing import (
     PostgresServer,
     RedisServer,
     ServerUnavailable,

@@ -27,8 +27,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from service.config import Settings
-from service.supervisor import Supervisor, WorkerSpec, reserve_port
+from service.assembly.config import Settings
+from service.process.supervisor import Supervisor, WorkerSpec, reserve_port
 
 log = logging.getLogger("agw.supervisor")
 
