@@ -59,9 +59,9 @@ from service.providers.scripted import (
     tool_calls,
     usage,
 )
+from service.state.files.uploads import FileUploadStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog
-from service.state.upload_files import FileUploadStore
 
 __all__ = [
     "DONE",

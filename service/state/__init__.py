@@ -2,15 +2,15 @@
 
 | port | name | what |
 |---|---|---|
-| ChatStore | `jsonl` | one JSONL file per chat (`service/state/jsonl_chats.py`), the default |
+| ChatStore | `jsonl` | one JSONL file per chat (`files/chats.py`), the default |
 | ChatStore | `memory` | in-process (`service/state/memory.py`) |
 | ChatStore | `postgres` | PostgreSQL, shared by replicas (`service/state/postgres.py`) |
-| RunLog | `files` | a SQLite file, a row per ended run (`state/run_files.py`), the default |
+| RunLog | `files` | a SQLite file, a row per ended run (`files/run_log.py`), the default |
 | RunLog | `memory` | in-process |
 | RunLog | `postgres` | PostgreSQL |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
 | RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
-| UploadStore | `files` | one directory per upload (`service/state/upload_files.py`), the default |
+| UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
 | UploadStore | `memory` | in-process |
 | UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`pg_uploads.py`) |
 
@@ -28,14 +28,14 @@ from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunLog, UploadStore
 from service.core.waits import Waits
-from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
+from service.state.files.chats import FsyncPolicy, JsonlChatStore
+from service.state.files.run_log import FileRunLog
+from service.state.files.uploads import FileUploadStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore
 from service.state.pg_uploads import PostgresUploadStore
 from service.state.postgres import PostgresChatStore, PostgresRunLog
 from service.state.redis_bus import RedisRunBus
-from service.state.run_files import FileRunLog
-from service.state.upload_files import FileUploadStore
 
 
 @dataclass(frozen=True, slots=True)

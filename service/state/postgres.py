@@ -13,7 +13,7 @@ name, agent, times, run count, and the next record's position), `chat_records`
 - **Records** read back exactly as appended: they are stored as `json` text.
 - **Ownership** is filtered in SQL: a page only ever holds the principal's chats.
 - **Run logs** are written once when a run ends, as length-delimited
-  `agw.v1.Event` messages (`run_files.encode_events`), and expire after the
+  `agw.v1.Event` messages (`framing.encode_events`), and expire after the
   archive's time-to-live; expired rows are never read, and are pruned at start-up
   and then hourly.
 - A committed transaction is durable (the server's `synchronous_commit`); `sync`
@@ -34,8 +34,8 @@ from service.core.errors import ChatNotFound
 from service.core.events import Event
 from service.core.ids import chat_name_of, check_chat_id, valid_chat_id, valid_run_id
 from service.core.ports import ChatSummary, Record
+from service.state.framing import decode_events, encode_events
 from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
-from service.state.run_files import decode_events, encode_events
 
 PRUNE_EVERY_S = 3600.0
 

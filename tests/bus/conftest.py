@@ -36,9 +36,9 @@ from service.core.uploads import Uploads
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
+from service.state.files.uploads import FileUploadStore
 from service.state.memory import MemoryChatStore, MemoryRunLog
 from service.state.redis_bus import RedisRunBus
-from service.state.upload_files import FileUploadStore
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
 from tests.core.tools.kit import agent, tools, write_ui_tools
