@@ -4,15 +4,15 @@
 |---|---|---|
 | ChatStore | `jsonl` | one JSONL file per chat (`files/chats.py`), the default |
 | ChatStore | `memory` | in-process (`service/state/memory.py`) |
-| ChatStore | `postgres` | PostgreSQL, shared by replicas (`service/state/postgres.py`) |
+| ChatStore | `postgres` | PostgreSQL, shared by replicas (`postgres/chats.py`) |
 | RunLog | `files` | a SQLite file, a row per ended run (`files/run_log.py`), the default |
 | RunLog | `memory` | in-process |
-| RunLog | `postgres` | PostgreSQL |
+| RunLog | `postgres` | PostgreSQL (`postgres/run_log.py`) |
 | RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
 | RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
 | UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
 | UploadStore | `memory` | in-process |
-| UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`pg_uploads.py`) |
+| UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
 
 Adding a backend is a new module here and one line in the tables below; the
 settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`,
@@ -33,8 +33,9 @@ from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
 from service.state.local_bus import LocalRunBus
 from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore
-from service.state.pg_uploads import PostgresUploadStore
-from service.state.postgres import PostgresChatStore, PostgresRunLog
+from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.run_log import PostgresRunLog
+from service.state.postgres.uploads import PostgresUploadStore
 from service.state.redis_bus import RedisRunBus
 
 

@@ -21,9 +21,10 @@ import pytest
 from service.core import events
 from service.core.commands import ANONYMOUS, Principal
 from service.core.errors import ChatNotFound, StoreFailed
-from service.state.pg_schema import Migration, migrate, migrations, open_pool
-from service.state.pg_uploads import PostgresUploadStore
-from service.state.postgres import PostgresChatStore, PostgresRunLog
+from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.run_log import PostgresRunLog
+from service.state.postgres.schema import Migration, migrate, migrations, open_pool
+from service.state.postgres.uploads import PostgresUploadStore
 from service.testing_servers import PostgresServer
 from tests.state.test_ports import query, step
 
@@ -289,7 +290,7 @@ async def test_a_connection_killed_in_the_middle_of_an_append_leaves_no_partial_
 
 WRITER = """
 import asyncio, sys
-from service.state.postgres import PostgresChatStore
+from service.state.postgres.chats import PostgresChatStore
 
 async def main():
     store = PostgresChatStore(sys.argv[1])
