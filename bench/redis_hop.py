@@ -36,7 +36,7 @@ from service.core.eventlog import EventLog
 from service.core.events import Event
 from service.core.ports import RunBus
 from service.core.runstate import RunState
-from service.state.local_bus import LocalRunBus
+from service.state.local.bus import LocalRunBus
 from service.state.redis_bus import RedisRunBus
 
 NO_DISK = ("--appendonly", "no", "--dir")

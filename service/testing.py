@@ -60,8 +60,8 @@ from service.providers.scripted import (
     usage,
 )
 from service.state.files.uploads import FileUploadStore
-from service.state.local_bus import LocalRunBus
-from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.local.bus import LocalRunBus
+from service.state.local.stores import LocalChatStore, LocalRunLog
 
 __all__ = [
     "DONE",
@@ -200,8 +200,8 @@ class InProcess:
         frontdoor = FrontDoor(
             agents,
             providers,
-            chats=MemoryChatStore(),
-            run_log=MemoryRunLog(),
+            chats=LocalChatStore(),
+            run_log=LocalRunLog(),
             bus=LocalRunBus(),
             uploads=Uploads(FileUploadStore(data / "uploads"), 16 * 1024 * 1024),
             tools=tools,

@@ -3,12 +3,12 @@
 | port | name | what |
 |---|---|---|
 | ChatStore | `jsonl` | one JSONL file per chat (`files/chats.py`), the default |
-| ChatStore | `memory` | in-process (`service/state/memory.py`) |
+| ChatStore | `memory` | in-process (`local/stores.py`) |
 | ChatStore | `postgres` | PostgreSQL, shared by replicas (`postgres/chats.py`) |
 | RunLog | `files` | a SQLite file, a row per ended run (`files/run_log.py`), the default |
 | RunLog | `memory` | in-process |
 | RunLog | `postgres` | PostgreSQL (`postgres/run_log.py`) |
-| RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
+| RunBus | `local` | in-process (`local/bus.py`), the default |
 | RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
 | UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
 | UploadStore | `memory` | in-process |
@@ -31,8 +31,8 @@ from service.core.waits import Waits
 from service.state.files.chats import FsyncPolicy, JsonlChatStore
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
-from service.state.local_bus import LocalRunBus
-from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore
+from service.state.local.bus import LocalRunBus
+from service.state.local.stores import LocalChatStore, LocalRunLog, LocalUploadStore
 from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
@@ -64,13 +64,13 @@ class StateOptions:
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
     "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
-    "memory": lambda o: MemoryChatStore(),
+    "memory": lambda o: LocalChatStore(),
     "postgres": lambda o: PostgresChatStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
-    "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
+    "memory": lambda o: LocalRunLog(o.run_log_ttl_s),
     "postgres": lambda o: PostgresRunLog(
         o.postgres_dsn, o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
     ),
@@ -78,7 +78,7 @@ RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
 
 UPLOAD_STORES: dict[str, Callable[[StateOptions], UploadStore]] = {
     "files": lambda o: FileUploadStore(o.uploads_dir or o.chats_dir.parent / "uploads"),
-    "memory": lambda o: MemoryUploadStore(),
+    "memory": lambda o: LocalUploadStore(),
     "postgres": lambda o: PostgresUploadStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 

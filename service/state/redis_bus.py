@@ -1,7 +1,7 @@
 """The Redis-backed `RunBus`: any replica follows, answers and cancels any run.
 
-The replica that executes a run (its *owner*) keeps it in memory as the
-in-process bus does, and publishes every event of it to Redis; every other
+The replica that executes a run (its *owner*) keeps it in its process as
+the in-process bus does, and publishes every event of it to Redis; every other
 replica reads the run from there. The keys and scripts are in
 `redis_scripts.py`: per run a stream of its events (entry id `0-<seq>`), a meta
 hash (chat, owner principal, owner replica, status, fence token) and a lease;
@@ -93,10 +93,10 @@ from service.core.ports import LiveRun, RunRef
 from service.core.runstate import RunState
 from service.core.waits import WAIT_KINDS, OpenWait, WaitKind, Waits
 from service.state import redis_scripts as scripts
-from service.state.local_bus import live
 from service.state.redis_packing import packed
 from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
 from service.state.redis_streams import Mirror, Outbox, Owned, Subscriber
+from service.state.run_refs import live, ref
 
 log = logging.getLogger("agw.bus")
 
@@ -115,10 +115,6 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 def default_replica_id() -> str:
     """hostname-pid-random: unique per process, readable in logs."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def ref(run: RunState) -> RunRef:
-    return RunRef(run.run_id, run.chat_id, run.owner, running=not run.done)
 
 
 def _text(value: bytes | str | None) -> str:

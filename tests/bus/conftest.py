@@ -37,7 +37,7 @@ from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
 from service.state.files.uploads import FileUploadStore
-from service.state.memory import MemoryChatStore, MemoryRunLog
+from service.state.local.stores import LocalChatStore, LocalRunLog
 from service.state.redis_bus import RedisRunBus
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
@@ -145,8 +145,8 @@ class Replicas:
     """Replicas sharing one Redis, one chat store and one run log."""
 
     members: dict[str, Replica]
-    chats: MemoryChatStore
-    run_log: MemoryRunLog
+    chats: LocalChatStore
+    run_log: LocalRunLog
 
     def __getitem__(self, name: str) -> Replica:
         return self.members[name]
@@ -173,7 +173,7 @@ async def started(
     for key, definition in {**AGENTS, **(agents or {})}.items():
         write_agent(agents_dir, key, definition)
     tools_dir = write_ui_tools(tmp_path / "tools")
-    chats, run_log = MemoryChatStore(), MemoryRunLog()
+    chats, run_log = LocalChatStore(), LocalRunLog()
     members: dict[str, Replica] = {}
     stops: list[Any] = []
     try:

@@ -1,4 +1,4 @@
-"""The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left memory.
+"""The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left the process.
 
 Every run's complete log is kept, as length-delimited `agw.v1.Event` messages
 (`service/state/framing.py`), in one SQLite database, `{dir}/runs.sqlite3` (a

@@ -1,4 +1,4 @@
-"""In-process `ChatStore`, `RunLog` and `UploadStore`: nothing survives the process.
+"""The in-process `ChatStore`, `RunLog` and `UploadStore`: nothing survives the process.
 
 For tests, for trying the service out, and for a replica whose history lives
 elsewhere. Records are kept as given (a copy), so reading them back returns
@@ -19,7 +19,7 @@ from service.core.uploads import StoredUpload
 from service.state.summaries import page_of, summarize
 
 
-class MemoryChatStore:
+class LocalChatStore:
     """Chats in a dict."""
 
     def __init__(self) -> None:
@@ -56,7 +56,7 @@ class MemoryChatStore:
         return None
 
 
-class MemoryRunLog:
+class LocalRunLog:
     """Logs of ended runs in a dict, dropped after `ttl_s`."""
 
     def __init__(self, ttl_s: float = 86400.0) -> None:
@@ -81,7 +81,7 @@ class MemoryRunLog:
         return None
 
 
-class MemoryUploadStore:
+class LocalUploadStore:
     """Uploads in a dict."""
 
     def __init__(self) -> None:

@@ -17,18 +17,7 @@ from service.core.events import Event
 from service.core.ports import LiveRun, RunRef
 from service.core.runstate import RunState
 from service.core.waits import WaitKind, Waits
-
-
-def ref(run: RunState) -> RunRef:
-    return RunRef(run.run_id, run.chat_id, run.owner, running=not run.done)
-
-
-def live(run: RunState, waits: Waits) -> LiveRun:
-    """A run of this process as `RunBus.live_of` describes it."""
-    last_seq = run.log[-1].seq if len(run.log) else 0
-    return LiveRun(
-        run.run_id, run.chat_id, run.owner, run.agent_key, last_seq, waits.open_waits(run.run_id)
-    )
+from service.state.run_refs import live, ref
 
 
 class LocalRunBus:
