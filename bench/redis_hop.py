@@ -37,7 +37,7 @@ from service.core.events import Event
 from service.core.ports import RunBus
 from service.core.runstate import RunState
 from service.state.local.bus import LocalRunBus
-from service.state.redis_bus import RedisRunBus
+from service.state.redis.bus import RedisRunBus
 
 NO_DISK = ("--appendonly", "no", "--dir")
 

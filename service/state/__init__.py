@@ -9,7 +9,7 @@
 | RunLog | `memory` | in-process |
 | RunLog | `postgres` | PostgreSQL (`postgres/run_log.py`) |
 | RunBus | `local` | in-process (`local/bus.py`), the default |
-| RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
+| RunBus | `redis` | through Redis, for several replicas (`redis/`) |
 | UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
 | UploadStore | `memory` | in-process |
 | UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
@@ -36,7 +36,7 @@ from service.state.local.stores import LocalChatStore, LocalRunLog, LocalUploadS
 from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
-from service.state.redis_bus import RedisRunBus
+from service.state.redis.bus import RedisRunBus
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class StateOptions:
     postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
     postgres_timeout_s: float = 10.0  # connecting, and each statement
     uploads_dir: Path | None = None  # the `files` upload store's; default: beside chats_dir
-    # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
+    # The Redis run bus (`redis/`): where, which replica this is ("": a unique id),
     # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     replica_id: str = ""

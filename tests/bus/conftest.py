@@ -38,7 +38,7 @@ from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
 from service.state.files.uploads import FileUploadStore
 from service.state.local.stores import LocalChatStore, LocalRunLog
-from service.state.redis_bus import RedisRunBus
+from service.state.redis.bus import RedisRunBus
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
 from tests.core.tools.kit import agent, tools, write_ui_tools

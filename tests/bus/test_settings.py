@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from service.app import App
 from service.config import Settings
 from service.state import RUN_BUSES, StateOptions
-from service.state.redis_bus import RedisRunBus
+from service.state.redis.bus import RedisRunBus
 
 
 async def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:

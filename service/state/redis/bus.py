@@ -3,7 +3,7 @@
 The replica that executes a run (its *owner*) keeps it in its process as
 the in-process bus does, and publishes every event of it to Redis; every other
 replica reads the run from there. The keys and scripts are in
-`redis_scripts.py`: per run a stream of its events (entry id `0-<seq>`), a meta
+`scripts.py`: per run a stream of its events (entry id `0-<seq>`), a meta
 hash (chat, owner principal, owner replica, status, fence token) and a lease;
 per chat its active run (claimed with SET NX) and a settling mark; per replica
 a liveness key and an inbox.
@@ -13,14 +13,14 @@ its meta hash whenever one opens or closes (one writer loop per replica, which w
 each run's latest state), so any replica can say what a live run waits for
 (`live_of`), with the stream's last entry as its last seq.
 
-*Events.* The owner's outbox (`redis_streams.Outbox`) observes each run's log
+*Events.* The owner's outbox (`streams.Outbox`) observes each run's log
 and appends what waits, every run's events in one pipelined round trip on a
 connection of its own, with a script that first checks the run's fence and
 also publishes the events it added on the run's channel. The terminal event's
 append also marks the run ended, frees the chat (marking it settling until
 `settled`) and gives the stream and meta their expiry. Another replica follows
-a run through a mirror (`redis_streams.Mirror`): it subscribes to the run's
-channel on its one pub/sub connection (`redis_streams.Subscriber`) first, then
+a run through a mirror (`streams.Mirror`): it subscribes to the run's
+channel on its one pub/sub connection (`streams.Subscriber`) first, then
 reads the stream so far (`XRANGE`); the pushes fill the mirror from there,
 duplicates dropped. The stream stays the record: a gap in the pushed seqs, a
 new pub/sub connection (the last one cut, also by Redis for a full output
@@ -92,10 +92,10 @@ from service.core.ids import valid_run_id
 from service.core.ports import LiveRun, RunRef
 from service.core.runstate import RunState
 from service.core.waits import WAIT_KINDS, OpenWait, WaitKind, Waits
-from service.state import redis_scripts as scripts
-from service.state.redis_packing import packed
-from service.state.redis_scripts import ENDED, LOST, RUNNING, Keys
-from service.state.redis_streams import Mirror, Outbox, Owned, Subscriber
+from service.state.redis import scripts
+from service.state.redis.packing import packed
+from service.state.redis.scripts import ENDED, LOST, RUNNING, Keys
+from service.state.redis.streams import Mirror, Outbox, Owned, Subscriber
 from service.state.run_refs import live, ref
 
 log = logging.getLogger("agw.bus")

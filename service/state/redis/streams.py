@@ -28,7 +28,7 @@ from redis.exceptions import ConnectionError, RedisError
 
 from service.core.events import TERMINALS, Event
 from service.core.runstate import RunState
-from service.state.redis_scripts import GONE
+from service.state.redis.scripts import GONE
 
 log = logging.getLogger("agw.bus")
 
