@@ -23,7 +23,7 @@ from service.core.events import Event
 from service.core.runstate import RunState
 from service.state.redis import scripts
 from service.state.redis.bus import RedisRunBus
-from service.state.redis.streams import Mirror
+from service.state.redis.mirror import Mirror
 from tests.bus.conftest import eventually
 
 LEASE_S = 60.0  # the check of stalled runs (a quarter of it) never comes within a test
