@@ -1,22 +1,26 @@
 """Implementations of the core's state ports (`service.core.ports`), by name.
 
+One folder per backend: `files/` (the embedded default), `local/` (in-process),
+`postgres/` and `redis/` (shared by replicas); what several of them use is a module
+here (`summaries.py`, `framing.py`, `run_refs.py`).
+
 | port | name | what |
 |---|---|---|
 | ChatStore | `jsonl` | one JSONL file per chat (`files/chats.py`), the default |
 | ChatStore | `memory` | in-process (`local/stores.py`) |
 | ChatStore | `postgres` | PostgreSQL, shared by replicas (`postgres/chats.py`) |
 | RunLog | `files` | a SQLite file, a row per ended run (`files/run_log.py`), the default |
-| RunLog | `memory` | in-process |
+| RunLog | `memory` | in-process (`local/stores.py`) |
 | RunLog | `postgres` | PostgreSQL (`postgres/run_log.py`) |
 | RunBus | `local` | in-process (`local/bus.py`), the default |
-| RunBus | `redis` | through Redis, for several replicas (`redis/`) |
+| RunBus | `redis` | through Redis, for several replicas (`redis/bus.py`) |
 | UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
-| UploadStore | `memory` | in-process |
+| UploadStore | `memory` | in-process (`local/stores.py`) |
 | UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
 
-Adding a backend is a new module here and one line in the tables below; the
-settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`,
-`AGW_UPLOAD_STORE`).
+Adding a backend is a new module in its backend's folder (a new folder for a new
+kind of storage) and one line in the tables below; the settings pick one by name
+(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
