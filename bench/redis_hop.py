@@ -36,8 +36,8 @@ from service.core.events import Event
 from service.core.ports import RunBus
 from service.core.run.eventlog import EventLog
 from service.core.run.state import RunState
-from service.state.local_bus import LocalRunBus
-from service.state.redis_bus import RedisRunBus
+from service.state.local.bus import LocalRunBus
+from service.state.redis.bus import RedisRunBus
 
 NO_DISK = ("--appendonly", "no", "--dir")
 

@@ -87,7 +87,7 @@ class RunBus(Protocol):
     chat records are durable (another run of the chat may read them); and
     releases it once it is no longer kept for re-attaching. Anyone may find a
     run, follow its events, cancel it, or answer the tools it waits on; the
-    owner's tools wait through `wait`. An in-process bus knows only its own
+    owner's tools wait in its `waits`. An in-process bus knows only its own
     runs; a distributed one lets any replica do all of this for any run.
     """
 

@@ -1,22 +1,26 @@
 """Implementations of the core's state ports (`service.core.ports`), by name.
 
+One folder per backend: `files/` (the embedded default), `local/` (in-process),
+`postgres/` and `redis/` (shared by replicas); what several of them use is a module
+here (`summaries.py`, `framing.py`, `run_refs.py`).
+
 | port | name | what |
 |---|---|---|
-| ChatStore | `jsonl` | one JSONL file per chat (`service/state/jsonl_chats.py`), the default |
-| ChatStore | `memory` | in-process (`service/state/memory.py`) |
-| ChatStore | `postgres` | PostgreSQL, shared by replicas (`service/state/postgres.py`) |
-| RunLog | `files` | a SQLite file, a row per ended run (`state/run_files.py`), the default |
-| RunLog | `memory` | in-process |
-| RunLog | `postgres` | PostgreSQL |
-| RunBus | `local` | in-process (`service/state/local_bus.py`), the default |
-| RunBus | `redis` | through Redis, for several replicas (`service/state/redis_bus.py`) |
-| UploadStore | `files` | one directory per upload (`service/state/upload_files.py`), the default |
-| UploadStore | `memory` | in-process |
-| UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`pg_uploads.py`) |
+| ChatStore | `jsonl` | one JSONL file per chat (`files/chats.py`), the default |
+| ChatStore | `memory` | in-process (`local/stores.py`) |
+| ChatStore | `postgres` | PostgreSQL, shared by replicas (`postgres/chats.py`) |
+| RunLog | `files` | a SQLite file, a row per ended run (`files/run_log.py`), the default |
+| RunLog | `memory` | in-process (`local/stores.py`) |
+| RunLog | `postgres` | PostgreSQL (`postgres/run_log.py`) |
+| RunBus | `local` | in-process (`local/bus.py`), the default |
+| RunBus | `redis` | through Redis, for several replicas (`redis/bus.py`) |
+| UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
+| UploadStore | `memory` | in-process (`local/stores.py`) |
+| UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
 
-Adding a backend is a new module here and one line in the tables below; the
-settings pick one by name (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`,
-`AGW_UPLOAD_STORE`).
+Adding a backend is a new module in its backend's folder (a new folder for a new
+kind of storage) and one line in the tables below; the settings pick one by name
+(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -28,14 +32,15 @@ from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunLog, UploadStore
 from service.core.run.waits import Waits
-from service.state.jsonl_chats import FsyncPolicy, JsonlChatStore
-from service.state.local_bus import LocalRunBus
-from service.state.memory import MemoryChatStore, MemoryRunLog, MemoryUploadStore
-from service.state.pg_uploads import PostgresUploadStore
-from service.state.postgres import PostgresChatStore, PostgresRunLog
-from service.state.redis_bus import RedisRunBus
-from service.state.run_files import FileRunLog
-from service.state.upload_files import FileUploadStore
+from service.state.files.chats import FsyncPolicy, JsonlChatStore
+from service.state.files.run_log import FileRunLog
+from service.state.files.uploads import FileUploadStore
+from service.state.local.bus import LocalRunBus
+from service.state.local.stores import LocalChatStore, LocalRunLog, LocalUploadStore
+from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.run_log import PostgresRunLog
+from service.state.postgres.uploads import PostgresUploadStore
+from service.state.redis.bus import RedisRunBus
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,7 @@ class StateOptions:
     postgres_dsn: str = ""  # e.g. postgresql://agw:secret@db.internal:5432/agw
     postgres_timeout_s: float = 10.0  # connecting, and each statement
     uploads_dir: Path | None = None  # the `files` upload store's; default: beside chats_dir
-    # The Redis run bus (`redis_bus.py`): where, which replica this is ("": a unique id),
+    # The Redis run bus (`redis/`): where, which replica this is ("": a unique id),
     # a silent owner's lease, an ended run's stream, its length bound, a forwarded call.
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     replica_id: str = ""
@@ -63,13 +68,13 @@ class StateOptions:
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
     "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
-    "memory": lambda o: MemoryChatStore(),
+    "memory": lambda o: LocalChatStore(),
     "postgres": lambda o: PostgresChatStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
     "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
-    "memory": lambda o: MemoryRunLog(o.run_log_ttl_s),
+    "memory": lambda o: LocalRunLog(o.run_log_ttl_s),
     "postgres": lambda o: PostgresRunLog(
         o.postgres_dsn, o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
     ),
@@ -77,7 +82,7 @@ RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
 
 UPLOAD_STORES: dict[str, Callable[[StateOptions], UploadStore]] = {
     "files": lambda o: FileUploadStore(o.uploads_dir or o.chats_dir.parent / "uploads"),
-    "memory": lambda o: MemoryUploadStore(),
+    "memory": lambda o: LocalUploadStore(),
     "postgres": lambda o: PostgresUploadStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 

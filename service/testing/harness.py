@@ -45,9 +45,9 @@ from service.core.tools.registry import BackendTool, ToolRegistry
 from service.core.tools.skill_tool import SkillTools
 from service.providers.loopback import LoopbackProvider
 from service.providers.registry import ProviderRegistry
-from service.state.local_bus import LocalRunBus
-from service.state.memory import MemoryChatStore, MemoryRunLog
-from service.state.upload_files import FileUploadStore
+from service.state.files.uploads import FileUploadStore
+from service.state.local.bus import LocalRunBus
+from service.state.local.stores import LocalChatStore, LocalRunLog
 
 FAKE_PROVIDER = "fake"
 FAKE_MODEL = "fake-model"
@@ -163,8 +163,8 @@ class InProcess:
         frontdoor = FrontDoor(
             agents,
             providers,
-            chats=MemoryChatStore(),
-            run_log=MemoryRunLog(),
+            chats=LocalChatStore(),
+            run_log=LocalRunLog(),
             bus=LocalRunBus(),
             uploads=Uploads(FileUploadStore(data / "uploads"), 16 * 1024 * 1024),
             tools=tools,

@@ -37,9 +37,9 @@ from service.core.tools.registry import ToolRegistry
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
-from service.state.memory import MemoryChatStore, MemoryRunLog
-from service.state.redis_bus import RedisRunBus
-from service.state.upload_files import FileUploadStore
+from service.state.files.uploads import FileUploadStore
+from service.state.local.stores import LocalChatStore, LocalRunLog
+from service.state.redis.bus import RedisRunBus
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
 from tests.core.tools.kit import agent, tools, write_ui_tools
@@ -146,8 +146,8 @@ class Replicas:
     """Replicas sharing one Redis, one chat store and one run log."""
 
     members: dict[str, Replica]
-    chats: MemoryChatStore
-    run_log: MemoryRunLog
+    chats: LocalChatStore
+    run_log: LocalRunLog
 
     def __getitem__(self, name: str) -> Replica:
         return self.members[name]
@@ -174,7 +174,7 @@ async def started(
     for key, definition in {**AGENTS, **(agents or {})}.items():
         write_agent(agents_dir, key, definition)
     tools_dir = write_ui_tools(tmp_path / "tools")
-    chats, run_log = MemoryChatStore(), MemoryRunLog()
+    chats, run_log = LocalChatStore(), LocalRunLog()
     members: dict[str, Replica] = {}
     stops: list[Any] = []
     try:

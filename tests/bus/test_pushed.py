@@ -21,9 +21,9 @@ from service.core import events
 from service.core.events import Event
 from service.core.run.eventlog import EventLog
 from service.core.run.state import RunState
-from service.state import redis_scripts as scripts
-from service.state.redis_bus import RedisRunBus
-from service.state.redis_streams import Mirror
+from service.state.redis import scripts
+from service.state.redis.bus import RedisRunBus
+from service.state.redis.mirror import Mirror
 from tests.bus.conftest import eventually
 
 LEASE_S = 60.0  # the check of stalled runs (a quarter of it) never comes within a test

@@ -7,7 +7,7 @@ import pytest
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
-from service.state.redis_packing import pack_command, packed
+from service.state.redis.packing import pack_command, packed
 
 COMMANDS = [
     ("XREAD", "COUNT", 256, "BLOCK", 1000, "STREAMS", "agw:run:a:events", "agw:wake", "0-7", "0-0"),

@@ -76,7 +76,7 @@ async def test_submit_via_c_reaches_the_frontend_tool_waiting_on_a(
         events: list[Any] = []
         end = await until(call, "tool.end", events)
         run_id, chat_id, tool_id = end.run_id, end.chat_id, end.tool_end.tool_id
-        assert a.bus.waiting(run_id) == [tool_id] and c.bus.waiting(run_id) == []
+        assert a.bus.waits.waiting(run_id) == [tool_id] and c.bus.waits.waiting(run_id) == []
 
         async def submit(tool: str, payload: Any, **extra: Any) -> Any:
             request = gw.SubmitRequest(run_id=run_id, tool_id=tool, payload=value(payload), **extra)

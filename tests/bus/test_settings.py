@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from service.assembly.app import App
 from service.assembly.config import Settings
 from service.state import RUN_BUSES, StateOptions
-from service.state.redis_bus import RedisRunBus
+from service.state.redis.bus import RedisRunBus
 
 
 async def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:
@@ -33,13 +33,14 @@ async def test_the_settings_reach_the_redis_bus(tmp_path: Path) -> None:
     )
     bus = App(settings).bus
     assert isinstance(bus, RedisRunBus)
-    assert (bus.replica_id, bus.lease_ttl_s, bus.stream_ttl_s, bus.lost_ttl_s) == (
+    link = bus.link
+    assert (bus.replica_id, link.lease_ttl_s, link.stream_ttl_s, link.lost_ttl_s) == (
         "replica-7",
         3.0,
         90.0,
         3600.0,
     )
-    assert (bus.stream_maxlen, bus.reply_timeout_s) == (500, 1.5)
+    assert (link.stream_maxlen, link.reply_timeout_s) == (500, 1.5)
     assert (bus.waits.timeout_s, bus.waits.payload_limit_bytes) == (42.0, 99)
     kwargs = bus.redis.connection_pool.connection_kwargs
     assert (kwargs["host"], kwargs["port"], kwargs["db"], kwargs["password"]) == (

@@ -35,7 +35,7 @@ async def assert_no_leaks(service: FuzzService) -> None:
     assert live == [], f"runs still live: {live}"
     busy = [chat for chat in service.ids.chats if await app.bus.active_of(chat) is not None]
     assert busy == [], f"chats still busy: {busy}"
-    waiting = {r: app.bus.waiting(r) for r in front.runs if app.bus.waiting(r)}
+    waiting = {r: app.bus.waits.waiting(r) for r in front.runs if app.bus.waits.waiting(r)}
     assert waiting == {}, f"tools still waiting: {waiting}"
     bash = app.tools.handler("_bash_")
     assert isinstance(bash, Bash)

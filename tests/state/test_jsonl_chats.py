@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from service.core.errors import ChatNotFound, InvalidRequest
-from service.state.jsonl_chats import JsonlChatStore, repair_torn_tail, upgrade_record
+from service.state.files.chats import JsonlChatStore, repair_torn_tail, upgrade_record
 
 
 def query(chat: str, run: str, message: str = "hello", ts: int = 1) -> dict:
@@ -108,7 +108,7 @@ async def test_list_is_newest_first_and_paged(tmp_path: Path) -> None:
 
 
 async def test_fsync_failure_makes_the_chat_read_only(tmp_path: Path, monkeypatch) -> None:
-    from service.state.jsonl_chats import StoreFailed
+    from service.state.files.chats import StoreFailed
 
     store = JsonlChatStore(tmp_path, fsync="always")
 
@@ -126,7 +126,7 @@ async def test_fsync_failure_makes_the_chat_read_only(tmp_path: Path, monkeypatc
 WRITER = """
 import asyncio, sys
 from pathlib import Path
-from service.state.jsonl_chats import JsonlChatStore
+from service.state.files.chats import JsonlChatStore
 
 async def main():
     store = JsonlChatStore(Path(sys.argv[1]), fsync="never")

@@ -21,9 +21,10 @@ import pytest
 from service.core import events
 from service.core.errors import ChatNotFound, StoreFailed
 from service.core.ids import ANONYMOUS, Principal
-from service.state.pg_schema import Migration, migrate, migrations, open_pool
-from service.state.pg_uploads import PostgresUploadStore
-from service.state.postgres import PostgresChatStore, PostgresRunLog
+from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.run_log import PostgresRunLog
+from service.state.postgres.schema import Migration, migrate, migrations, open_pool
+from service.state.postgres.uploads import PostgresUploadStore
 from service.testing import PostgresServer
 from tests.state.test_ports import query, step
 
@@ -51,10 +52,10 @@ async def tables(dsn: str) -> list[str]:
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
-    assert [m.version for m in migrations()] == [1, 2]
+    assert [m.version for m in migrations()] == [1, 2, 3]
     connection = await asyncpg.connect(postgres_dsn)
     try:
-        assert await migrate(connection) == [1, 2]
+        assert await migrate(connection) == [1, 2, 3]
         assert await migrate(connection) == []
     finally:
         await connection.close()
@@ -68,9 +69,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
     assert await tables(postgres_dsn) == [
         "chat_records",
         "chats",
-        "mailbox",
         "run_logs",
-        "runs",
         "schema_migrations",
         "uploads",
     ]
@@ -82,14 +81,33 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
     connections = [await asyncpg.connect(postgres_dsn) for _ in range(6)]
     try:
         applied = await asyncio.gather(*(migrate(c) for c in connections))
-        assert sorted(applied) == [[], [], [], [], [], [1, 2]]
+        assert sorted(applied) == [[], [], [], [], [], [1, 2, 3]]
         rows = await connections[0].fetch(
             "SELECT version, name FROM schema_migrations ORDER BY version"
         )
-        assert [tuple(row) for row in rows] == [(1, "initial"), (2, "uploads")]
+        assert [tuple(row) for row in rows] == [
+            (1, "initial"),
+            (2, "uploads"),
+            (3, "drop_run_registry"),
+        ]
     finally:
         for connection in connections:
             await connection.close()
+
+
+async def test_a_database_of_an_earlier_version_loses_the_unused_run_registry(
+    postgres_dsn: str,
+) -> None:
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await migrate(connection, migrations()[:2]) == [1, 2]
+        assert {"runs", "mailbox"} <= set(await tables(postgres_dsn))
+        assert await migrate(connection) == [3]
+        sequences = await connection.fetch("SELECT relname FROM pg_class WHERE relkind = 'S'")
+        assert "run_fences" not in {row["relname"] for row in sequences}
+    finally:
+        await connection.close()
+    assert not {"runs", "mailbox"} & set(await tables(postgres_dsn))
 
 
 async def test_a_new_migration_applies_on_top_and_a_broken_one_leaves_nothing(
@@ -104,7 +122,7 @@ async def test_a_new_migration_applies_on_top_and_a_broken_one_leaves_nothing(
         with pytest.raises(asyncpg.UndefinedColumnError):
             await migrate(connection, [*migrations(), later, broken])
         versions = await connection.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [row["version"] for row in versions] == [1, 2, 100]
+        assert [row["version"] for row in versions] == [1, 2, 3, 100]
     finally:
         await connection.close()
     assert "half" not in await tables(postgres_dsn)
@@ -272,7 +290,7 @@ async def test_a_connection_killed_in_the_middle_of_an_append_leaves_no_partial_
 
 WRITER = """
 import asyncio, sys
-from service.state.postgres import PostgresChatStore
+from service.state.postgres.chats import PostgresChatStore
 
 async def main():
     store = PostgresChatStore(sys.argv[1])

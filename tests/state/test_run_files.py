@@ -11,7 +11,8 @@ import pytest
 
 from service.core import events
 from service.core.events import Event
-from service.state.run_files import DATABASE, FileRunLog, encode_events
+from service.state.files.run_log import DATABASE, FileRunLog
+from service.state.framing import encode_events
 
 RUN = "0123456789abcdef"
 
@@ -98,7 +99,7 @@ async def test_a_file_that_is_not_a_database_is_refused_by_name(tmp_path: Path) 
 async def test_many_old_files_are_moved_in_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("service.state.run_files.IMPORT_BATCH", 2)
+    monkeypatch.setattr("service.state.files.run_log.IMPORT_BATCH", 2)
     runs = [f"{n:016x}" for n in range(5)]
     for run_id in runs:
         (tmp_path / f"{run_id}.events").write_bytes(encode_events(ended_run(run_id, run_id)))

@@ -142,7 +142,7 @@ async def test_another_principal_cannot_answer_or_cancel_a_waiting_run(
         lambda: secured.stub.Cancel(gw.CancelRequest(run_id=run_id), metadata=BOB)
     )
     assert error.code() == grpc.StatusCode.NOT_FOUND
-    assert secured.app.bus.waiting(run_id) == [tool_id]
+    assert secured.app.bus.waits.waiting(run_id) == [tool_id]
     submit.payload.string_value = "a"
     reply = await secured.stub.Submit(submit, metadata=ALICE)
     assert reply.outcome == gw.SUBMIT_OUTCOME_ACCEPTED

@@ -76,7 +76,7 @@ async def test_a_frontend_tool_waits_for_submit(tmp_path: Path, provider: Loopba
         )
         assert json_format.MessageToDict(start.tool_params) == {"size": "small"}
         run = gateway.app.frontdoor.get_run(run_id)
-        assert not run.done and gateway.app.bus.waiting(run_id) == [tool_id]
+        assert not run.done and gateway.app.bus.waits.waiting(run_id) == [tool_id]
 
         reply = await submit(
             gateway, run_id, tool_id, {"choice": "a"}, request_id="req-9", view_id="v1"
@@ -276,7 +276,7 @@ async def test_cancel_during_a_frontend_wait_expires_the_wait(
         elapsed = time.monotonic() - started
         events += [event async for event in call]
         late = await submit(gateway, end.run_id, end.tool_end.tool_id, "a")
-        waiting = gateway.app.bus.waiting(end.run_id)
+        waiting = gateway.app.bus.waits.waiting(end.run_id)
     assert elapsed < 0.1
     assert kinds(events) == HEAD + CALL + ["run.cancel"]
     assert (len(provider.requests), provider.disconnects) == (1, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.core.values import StoredUpload
-from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
+from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 
 _INSERT = """
 INSERT INTO uploads (id, owner_tenant, owner_subject, chat_id, name, type, mime_type,

@@ -1,4 +1,4 @@
-"""The Redis run bus's key names and Lua scripts (`service/state/redis_bus.py` uses them).
+"""The Redis run bus's key names and Lua scripts, which the parts of `bus.py` call.
 
 Each script runs atomically in Redis; together they keep a run's stream, meta,
 lease and chat claim consistent whoever writes them. A run's fence token (in

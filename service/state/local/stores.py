@@ -1,4 +1,4 @@
-"""In-process `ChatStore`, `RunLog` and `UploadStore`: nothing survives the process.
+"""The in-process `ChatStore`, `RunLog` and `UploadStore`: nothing survives the process.
 
 For tests, for trying the service out, and for a replica whose history lives
 elsewhere. Records are kept as given (a copy), so reading them back returns
@@ -18,7 +18,7 @@ from service.core.values import ChatSummary, Record, StoredUpload
 from service.state.summaries import page_of, summarize
 
 
-class MemoryChatStore:
+class LocalChatStore:
     """Chats in a dict."""
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class MemoryChatStore:
         return None
 
 
-class MemoryRunLog:
+class LocalRunLog:
     """Logs of ended runs in a dict, dropped after `ttl_s`."""
 
     def __init__(self, ttl_s: float = 86400.0) -> None:
@@ -80,7 +80,7 @@ class MemoryRunLog:
         return None
 
 
-class MemoryUploadStore:
+class LocalUploadStore:
     """Uploads in a dict."""
 
     def __init__(self) -> None:

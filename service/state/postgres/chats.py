@@ -1,8 +1,8 @@
-"""The PostgreSQL `ChatStore` and `RunLog`: the system of record that replicas share.
+"""The PostgreSQL `ChatStore`: the chats that replicas share, the system of record.
 
-Tables (`service/state/migrations/`): `chats` (the summary ListChats shows: owner,
-name, agent, times, run count, and the next record's position), `chat_records`
-(one row per record, by position) and `run_logs` (the event logs of ended runs).
+Tables (`migrations/`): `chats` (the summary ListChats shows: owner, name, agent,
+times, run count, and the next record's position) and `chat_records` (one row per
+record, by position).
 
 - **Appends** are one transaction per call: the chat's row is created or updated
   (which locks it, so appends to one chat from any replica take turns), then the
@@ -12,10 +12,6 @@ name, agent, times, run count, and the next record's position), `chat_records`
   await), as the recorder relies on.
 - **Records** read back exactly as appended: they are stored as `json` text.
 - **Ownership** is filtered in SQL: a page only ever holds the principal's chats.
-- **Run logs** are written once when a run ends, as length-delimited
-  `agw.v1.Event` messages (`run_files.encode_events`), and expire after the
-  archive's time-to-live; expired rows are never read, and are pruned at start-up
-  and then hourly.
 - A committed transaction is durable (the server's `synchronous_commit`); `sync`
   has nothing left to do.
 """
@@ -24,26 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 from service.core.errors import ChatNotFound
-from service.core.events import Event
-from service.core.ids import (
-    ANONYMOUS,
-    Principal,
-    chat_name_of,
-    check_chat_id,
-    valid_chat_id,
-    valid_run_id,
-)
+from service.core.ids import ANONYMOUS, Principal, chat_name_of, check_chat_id, valid_chat_id
 from service.core.values import ChatSummary, Record
-from service.state.pg_schema import DEFAULT_TIMEOUT_S, PooledStore, failures
-from service.state.run_files import decode_events, encode_events
-
-PRUNE_EVERY_S = 3600.0
+from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore, failures
 
 _APPEND_CHAT = """
 INSERT INTO chats AS c (id, owner_tenant, owner_subject, name, agent_key,
@@ -171,54 +154,3 @@ class PostgresChatStore(PooledStore):
 
     async def sync(self, chat_id: str) -> None:
         return None
-
-
-class PostgresRunLog(PooledStore):
-    """The event logs of ended runs in PostgreSQL (`AGW_RUN_LOG=postgres`)."""
-
-    what = "run log"
-
-    def __init__(
-        self, dsn: str, ttl_s: float, *, pool_size: int = 4, timeout_s: float = DEFAULT_TIMEOUT_S
-    ) -> None:
-        super().__init__(dsn, pool_size=pool_size, timeout_s=timeout_s)
-        self.ttl_s = ttl_s
-        self._last_prune = 0.0
-
-    async def open(self) -> None:
-        await super().open()
-        await self.prune()
-
-    async def save(self, run_id: str, events: Sequence[Event]) -> None:
-        if not valid_run_id(run_id):
-            return
-        chat_id = events[0].chat_id if events else ""
-        with failures(f"could not keep the log of run {run_id}"):
-            await self.pool.execute(
-                "INSERT INTO run_logs (run_id, chat_id, events, expires_at)"
-                " VALUES ($1, $2, $3, now() + make_interval(secs => $4))"
-                " ON CONFLICT (run_id) DO UPDATE SET events = EXCLUDED.events,"
-                " saved_at = now(), expires_at = EXCLUDED.expires_at",
-                run_id,
-                chat_id,
-                encode_events(events),
-                self.ttl_s,
-            )
-        if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
-            await self.prune()
-
-    async def load(self, run_id: str) -> list[Event] | None:
-        if not valid_run_id(run_id):
-            return None
-        with failures(f"could not read the log of run {run_id}"):
-            data = await self.pool.fetchval(
-                "SELECT events FROM run_logs WHERE run_id = $1 AND expires_at > now()", run_id
-            )
-        return None if data is None else decode_events(data)
-
-    async def prune(self) -> int:
-        """Delete the logs past their time-to-live; how many."""
-        self._last_prune = time.monotonic()
-        with failures("could not prune the run logs"):
-            status = await self.pool.execute("DELETE FROM run_logs WHERE expires_at <= now()")
-        return int(status.split()[-1])

@@ -1,15 +1,16 @@
-"""The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left memory.
+"""The file `RunLog`: event logs of ended runs on disk, to re-attach after a run left the process.
 
-Every run's complete log is kept, as length-delimited `agw.v1.Event` messages,
-in one SQLite database, `{dir}/runs.sqlite3` (a row per run, written once when
-the run ends, in one transaction: a reader never sees half a log). One
-database rather than a file per run: creating a file allocates an inode, which
-on a file system that has seen many deletions costs the kernel more than the
-whole insert (~0.3 ms against ~0.07 ms of CPU here), and a week of runs is one
-file to back up instead of a directory of many. Rows older than the archive's
-time-to-live are pruned at start-up and then hourly. The database is in WAL
-mode with `synchronous=NORMAL`: a crash of the process loses nothing written,
-a power cut at most the last runs' logs (as the page cache would).
+Every run's complete log is kept, as length-delimited `agw.v1.Event` messages
+(`service/state/framing.py`), in one SQLite database, `{dir}/runs.sqlite3` (a
+row per run, written once when the run ends, in one transaction: a reader never
+sees half a log). One database rather than a file per run: creating a file
+allocates an inode, which on a file system that has seen many deletions costs
+the kernel more than the whole insert (~0.3 ms against ~0.07 ms of CPU here),
+and a week of runs is one file to back up instead of a directory of many. Rows
+older than the archive's time-to-live are pruned at start-up and then hourly.
+The database is in WAL mode with `synchronous=NORMAL`: a crash of the process
+loses nothing written, a power cut at most the last runs' logs (as the page
+cache would).
 
 One thread of its own runs every statement, so the event loop never waits for
 the disk and statements never overlap. Logs kept by earlier versions as
@@ -28,42 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from google.protobuf.internal.decoder import _DecodeVarint32  # type: ignore[attr-defined]
-from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
-
 from service.core.events import Event
 from service.core.ids import valid_run_id
+from service.state.framing import decode_events, encode_events
 
 log = logging.getLogger("agw.store")
-
-
-#: The varint prefix of every length up to 16 KiB, which nearly every event's is.
-_PREFIXES = [_VarintBytes(n) for n in range(16384)]
-
-
-def encode_events(events: Sequence[Event]) -> bytes:
-    """`events` as length-delimited `agw.v1.Event` messages (a varint length before each)."""
-    prefixes, limit = _PREFIXES, len(_PREFIXES)
-    parts: list[bytes] = []
-    append = parts.append
-    for event in events:
-        raw = event.SerializeToString()
-        size = len(raw)
-        append(prefixes[size] if size < limit else _VarintBytes(size))
-        append(raw)
-    return b"".join(parts)
-
-
-def decode_events(data: bytes) -> list[Event]:
-    """The events of `encode_events(events)`, in order."""
-    events: list[Event] = []
-    position = 0
-    while position < len(data):
-        size, position = _DecodeVarint32(data, position)
-        events.append(Event.FromString(data[position : position + size]))
-        position += size
-    return events
-
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """PostgreSQL plumbing of the state backends: the connection pool, the schema, failures.
 
-The schema is the SQL files of `service/state/migrations/`, named `NNNN_name.sql`
+The schema is the SQL files of `migrations/` beside this module, named `NNNN_name.sql`
 and applied in order, each once. `migrate()` runs in one transaction under a
 transaction-scoped advisory lock, so replicas that start at once apply them one
 after the other: the first applies what is missing and records each version in

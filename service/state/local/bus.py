@@ -9,26 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any
 
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
-from service.core.run.eventlog import Emitter
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
-from service.core.values import LiveRun, RunRef, WaitKind
-
-
-def ref(run: RunState) -> RunRef:
-    return RunRef(run.run_id, run.chat_id, run.owner, running=not run.done)
-
-
-def live(run: RunState, waits: Waits) -> LiveRun:
-    """A run of this process as `RunBus.live_of` describes it."""
-    last_seq = run.log[-1].seq if len(run.log) else 0
-    return LiveRun(
-        run.run_id, run.chat_id, run.owner, run.agent_key, last_seq, waits.open_waits(run.run_id)
-    )
+from service.core.values import LiveRun, RunRef
+from service.state.run_refs import live, ref
 
 
 class LocalRunBus:
@@ -39,10 +26,6 @@ class LocalRunBus:
         self._runs: dict[str, RunState] = {}
         self._chats: dict[str, RunState] = {}  # chat id -> its active run
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
-
-    @property
-    def wait_timeout_s(self) -> float:
-        return self.waits.timeout_s
 
     async def open(self) -> None:
         return None
@@ -109,17 +92,3 @@ class LocalRunBus:
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
         return self.waits.deliver(command, self._runs.get(command.run_id))
-
-    async def wait(
-        self,
-        out: Emitter,
-        tool_id: str,
-        tool_name: str,
-        timeout_s: float | None = None,
-        *,
-        kind: WaitKind = "frontend_tool",
-    ) -> Any:
-        return await self.waits.wait(out, tool_id, tool_name, timeout_s, kind=kind)
-
-    def waiting(self, run_id: str) -> list[str]:
-        return self.waits.waiting(run_id)

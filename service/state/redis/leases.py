@@ -1,0 +1,199 @@
+"""Leases and owner loss: a replica's hold on the runs it executes, and what ends it.
+
+The owner renews the lease of each live run every third of its time to live, and
+its own liveness key with them. The mirrors' check (for a followed run that made
+no progress for a quarter of the lease), a query meeting the chat's active run, a
+Submit or a Cancel, `wait_ended`, and each replica's janitor (every lease period,
+over the runs not ended) check the lease; when it has expired, one of them
+declares the owner lost atomically (the lease is gone and the run has not ended:
+the fence is incremented, the status is `lost`, the declarer holds the lease),
+replays the stream to find the blocks still open, and appends their `*.end`s and a
+terminal `run.error` with reason `OWNER_LOST` — with the new fence, and only if the
+stream still ends where it read it. A declarer that dies in between lets its lease
+expire and another one does it again.
+
+An owner that comes back has its appends and renewals refused by the fence: it
+cancels its run (reason "fenced") and writes nothing more of it (`RunState.fenced`).
+An owner whose run Redis no longer knows (it restarted empty) goes on with the run
+but publishes nothing more of it; followers elsewhere end it (`mirrors.vanished`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+
+from redis.exceptions import NoScriptError
+
+from service.core import events
+from service.core.errors import AgwError, OwnerLost
+from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
+from service.state.redis import scripts
+from service.state.redis.link import Link
+from service.state.redis.meta import events_of, read_meta, text
+from service.state.redis.owned import Owned, OwnedRuns
+
+log = logging.getLogger("agw.bus")
+
+
+class Leases:
+    """The leases of this replica's runs, and the ending of runs whose owner was lost."""
+
+    def __init__(self, link: Link, runs: OwnedRuns) -> None:
+        self._link = link
+        self._runs = runs
+        self._renew = link.redis.register_script(scripts.RENEW)
+        self._declare = link.redis.register_script(scripts.DECLARE)
+        self._declaring: set[asyncio.Task[bool]] = set()
+
+    @property
+    def tasks(self) -> list[asyncio.Task[bool]]:
+        """The declarations under way (`declare_soon`)."""
+        return list(self._declaring)
+
+    async def renew(self) -> None:
+        """After a third of the lease: renew the leases of the live runs, and this replica's
+        liveness; a run whose fence changed was taken over, and is fenced here."""
+        link = self._link
+        await asyncio.sleep(link.lease_ttl_s / 3)
+        await link.writable()
+        owned = self._runs.live()
+        pipe = link.redis.pipeline(transaction=False)
+        pipe.set(link.keys.alive(link.replica_id), "1", px=link.lease_ms)
+        for o in owned:
+            run_id = o.run.run_id
+            lease = f"{link.replica_id}:{o.fence}"
+            keys = (link.keys.meta(run_id), link.keys.lease(run_id))
+            pipe.evalsha(self._renew.sha, 2, *keys, o.fence, lease, link.lease_ms)
+        results = await pipe.execute(raise_on_error=False)
+        if any(isinstance(result, NoScriptError) for result in results):
+            await link.redis.script_load(scripts.RENEW)
+            return
+        for o, renewed in zip(owned, results[1:], strict=True):
+            if isinstance(renewed, Exception):
+                log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
+            elif int(renewed) == scripts.GONE:
+                self.unknown(o)
+            elif not int(renewed):
+                self.fence(o)
+
+    def fence(self, owned: Owned) -> None:
+        """Another replica declared this one lost for the run: stop it here, write nothing."""
+        if owned.fenced:
+            return
+        owned.fenced = True
+        owned.run.fenced = True
+        owned.pending.clear()
+        owned.drained.set()
+        log.warning(
+            "run %s was taken over by another replica (this one was declared lost); "
+            "cancelling it here",
+            owned.run.run_id,
+        )
+        owned.run.cancel("fenced")
+        self._runs.free(owned.run.run_id)
+
+    def unknown(self, owned: Owned) -> None:
+        """Redis no longer knows the run (it restarted empty, or its keys were dropped): the
+        run goes on here, but nothing more of it is published; followers elsewhere end it."""
+        if not owned.live:
+            return
+        log.warning(
+            "run %s: Redis no longer knows the run (its data was lost); not publishing it",
+            owned.run.run_id,
+        )
+        owned.published_end = True  # nothing more to append or renew
+        owned.pending.clear()
+        owned.drained.set()
+
+    async def lost(self, run_id: str) -> bool:
+        """Whether the run's owner is gone: if so, the run is ended as lost (by anyone)."""
+        if await self._link.redis.exists(self._link.keys.lease(run_id)):
+            return False
+        await self.declare_lost(run_id)
+        return True
+
+    def declare_soon(self, run_id: str) -> None:
+        """`declare_lost` in a task of its own (stopped at close)."""
+        task = asyncio.create_task(self.declare_lost(run_id))
+        self._declaring.add(task)
+        task.add_done_callback(self._declaring.discard)
+
+    async def declare_lost(self, run_id: str) -> bool:
+        """End the run as lost when its owner's lease expired; True when this replica did."""
+        link = self._link
+        fence = int(
+            await self._declare(
+                keys=[link.keys.meta(run_id), link.keys.lease(run_id), link.keys.active],
+                args=[run_id, link.replica_id, link.lease_ms],
+            )
+        )
+        if not fence:
+            return False
+        meta = await read_meta(link, run_id)
+        if meta is None:
+            return False
+        logged = events_of(await link.redis.xrange(link.keys.events(run_id)))
+        lost = OwnerLost(
+            f"replica {meta.replica} executing the run was lost (its lease expired)",
+            replica=meta.replica,
+        )
+        closing = closing_events(meta.run_id, meta.chat_id, logged, lost)
+        top = logged[-1].seq if logged else 0
+        lost_ms = round(link.lost_ttl_s * 1000)
+        args = link.append_argv(fence, run_id, top, lost_ms, 0, closing)
+        keys = link.keys.appending(run_id, meta.chat_id)
+        appended = int(await link.append(keys=keys, args=args)) == 1
+        if appended:
+            log.warning(
+                "run %s: replica %s was lost (its lease expired); ended the run as OWNER_LOST",
+                run_id,
+                meta.replica,
+            )
+        return appended
+
+    async def janitor(self) -> None:
+        """About every lease period: end the runs of other replicas whose lease expired,
+        also those nobody follows."""
+        link = self._link
+        await asyncio.sleep(link.lease_ttl_s * (0.75 + secrets.randbelow(500) / 1000))
+        members = await link.redis.smembers(link.keys.active)
+        others = [text(m) for m in members if text(m) not in self._runs]
+        if not others:
+            return
+        pipe = link.redis.pipeline(transaction=False)
+        for run_id in others:
+            pipe.exists(link.keys.lease(run_id))
+        leased = await pipe.execute()
+        for run_id, alive in zip(others, leased, strict=True):
+            if not alive:
+                await self.declare_lost(run_id)
+
+
+def closing_events(
+    run_id: str, chat_id: str, logged: Sequence[Event], error: AgwError
+) -> list[Event]:
+    """The `*.end`s of the blocks `logged` leaves open (innermost first) and a terminal
+    `run.error` of `error`, numbered after the last logged event."""
+    open_blocks: dict[str, Event] = {}
+    for event in logged:
+        name = event.WhichOneof("payload")
+        if name in BLOCKS:
+            open_blocks[getattr(getattr(event, name), BLOCKS[name][1])] = event
+        elif name in BLOCK_ENDS:
+            open_blocks.pop(getattr(getattr(event, name), BLOCK_ENDS[name]), None)
+    closing = [events.end_of(start) for start in reversed(open_blocks.values())]
+    closing.append(events.run_error(error.reason, error.message, error.metadata))
+    seq = logged[-1].seq if logged else 0
+    now = time.time_ns() // 1_000_000
+    for event in closing:
+        seq += 1
+        event.seq = seq
+        event.type = EVENT_TYPES[event.WhichOneof("payload") or ""]
+        event.timestamp = now
+        event.chat_id = chat_id
+        event.run_id = run_id
+    return closing

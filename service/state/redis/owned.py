@@ -1,0 +1,92 @@
+"""The runs a replica executes (it is their *owner*), as the parts of its bus share them.
+
+Each is an `Owned`: the run, the fence token it was registered with, and its events
+not yet appended to its stream (the outbox's). `OwnedRuns` holds them by id, and
+says when each ended here (`wait_freed`, for `RunBus.wait_ended`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from service.core.events import Event
+from service.core.run.state import RunState
+
+
+@dataclass(slots=True, eq=False)
+class Owned:
+    """A run this replica executes: its fence token and its events not yet appended."""
+
+    run: RunState
+    fence: int
+    pending: list[Event] = field(default_factory=list)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)  # nothing pending
+    published_end: bool = False  # the run's end is in Redis
+    fenced: bool = False  # another replica took the run over
+
+    def __post_init__(self) -> None:
+        self.drained.set()
+
+    @property
+    def live(self) -> bool:
+        """Whether its lease is still to be renewed."""
+        return not (self.fenced or self.published_end)
+
+    async def wait_drained(self, timeout_s: float) -> bool:
+        """Wait until what was handed over so far is appended; False on time-out."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.drained.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+class OwnedRuns:
+    """The runs this replica executes, by id, until they are released."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Owned] = {}
+        self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
+
+    def add(self, owned: Owned) -> None:
+        self._runs[owned.run.run_id] = owned
+        self._freed[owned.run.run_id] = asyncio.Event()
+
+    def get(self, run_id: str) -> Owned | None:
+        return self._runs.get(run_id)
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def live(self) -> list[Owned]:
+        """Those whose leases are still to be renewed."""
+        return [owned for owned in self._runs.values() if owned.live]
+
+    def here(self, run_id: str) -> RunState | None:
+        """The run when this replica executes it (and was not fenced out of it)."""
+        owned = self._runs.get(run_id)
+        return owned.run if owned is not None and not owned.fenced else None
+
+    def local(self, run_id: str) -> RunState | None:
+        owned = self._runs.get(run_id)
+        return owned.run if owned is not None else None
+
+    def local_runs(self) -> Mapping[str, RunState]:
+        return {run_id: owned.run for run_id, owned in self._runs.items()}
+
+    def free(self, run_id: str) -> None:
+        """The run ended here (or was taken over): whoever waits for its end goes on."""
+        freed = self._freed.pop(run_id, None)
+        if freed is not None:
+            freed.set()
+
+    async def wait_freed(self, run_id: str) -> None:
+        freed = self._freed.get(run_id)
+        if freed is not None:
+            await freed.wait()
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
