@@ -292,6 +292,6 @@ class App:
         await self.providers.aclose()
         if self.demo is not None:
             await self.demo.stop()
-        await self.frontdoor.chats.close()
-        await self.frontdoor.run_log.close()
-        await self.frontdoor.uploads.close()
+        await self.frontdoor.lifecycle.chats.close()
+        await self.frontdoor.lifecycle.run_log.close()
+        await self.frontdoor.lifecycle.uploads.close()

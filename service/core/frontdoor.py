@@ -76,11 +76,6 @@ class FrontDoor:
     ) -> None:
         options = options if options is not None else RunOptions()
         self.agents = agents
-        self.chats = chats
-        self.run_log = run_log
-        self.bus = bus
-        self.uploads = uploads
-        self.options = options
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -90,14 +85,8 @@ class FrontDoor:
             skills,
             options.context_length,
         )
-        self.lifecycle = RunLifecycle(
-            chats=chats,
-            run_log=run_log,
-            bus=bus,
-            uploads=uploads,
-            services=self.services,
-            options=options,
-        )
+        # the state ports, the runs' services and options: held by the lifecycle
+        self.lifecycle = RunLifecycle(chats, run_log, bus, uploads, self.services, options)
 
     @property
     def active_runs(self) -> int:
@@ -122,7 +111,9 @@ class FrontDoor:
             raise InvalidRequest("agentKey is required")
         if not command.message.strip():
             raise InvalidRequest("message is required")
-        if (size := len(command.message.encode())) > (limit := self.options.max_message_bytes):
+        if (size := len(command.message.encode())) > (
+            limit := self.lifecycle.options.max_message_bytes
+        ):
             raise PayloadTooLarge(f"message is {size} bytes; the limit is {limit} bytes")
         if command.chat_id:
             check_chat_id(command.chat_id)
@@ -143,8 +134,8 @@ class FrontDoor:
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""
-        summary = await self.chats.summary(chat_id)
-        active = await self.bus.active_of(chat_id)
+        summary = await self.lifecycle.chats.summary(chat_id)
+        active = await self.lifecycle.bus.active_of(chat_id)
         owner = summary.owner if summary is not None else active.owner if active else principal
         if owner != principal:
             raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
@@ -152,11 +143,11 @@ class FrontDoor:
     @property
     def runs(self) -> Mapping[str, RunState]:
         """The runs live or recently ended in this process, by id."""
-        return self.bus.local_runs()
+        return self.lifecycle.bus.local_runs()
 
     def get_run(self, run_id: str, principal: Principal = ANONYMOUS) -> RunState:
         """The live (or recently ended) run `run_id` of this process, if `principal`'s."""
-        run = self.bus.local(run_id)
+        run = self.lifecycle.bus.local(run_id)
         if run is None or run.owner != principal:
             shown = shorten(run_id)
             raise RunNotFound(f"no active or recent run {shown!r}", run_id=shown)
@@ -164,7 +155,7 @@ class FrontDoor:
 
     async def is_live(self, run_id: str, principal: Principal = ANONYMOUS) -> bool:
         """Whether `principal`'s run `run_id` is running now (its stream will go on)."""
-        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
+        found = await self.lifecycle.bus.find(run_id) if valid_run_id(run_id) else None
         return found is not None and found.owner == principal and found.running
 
     async def attach(
@@ -175,13 +166,13 @@ class FrontDoor:
             raise InvalidRequest("afterSeq must be >= 0")
         if not run_id:
             raise InvalidRequest("runId is required")
-        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
+        found = await self.lifecycle.bus.find(run_id) if valid_run_id(run_id) else None
         if found is not None and found.owner != principal:
             raise RunNotFound(f"no run {shorten(run_id)!r} (unknown or expired)")
-        followed = await self.bus.follow(run_id, after_seq) if found is not None else None
+        followed = await self.lifecycle.bus.follow(run_id, after_seq) if found is not None else None
         if followed is not None:
             return followed
-        kept = await self.run_log.load(run_id) if valid_run_id(run_id) else None
+        kept = await self.lifecycle.run_log.load(run_id) if valid_run_id(run_id) else None
         if kept and not await self._owns_chat(kept[0].chat_id, principal):
             kept = None
         if kept is None:
@@ -196,7 +187,7 @@ class FrontDoor:
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
         """Deliver a user's answer to a waiting tool of a run."""
-        return await self.bus.submit(command)
+        return await self.lifecycle.bus.submit(command)
 
     async def cancel(
         self, run_id: str, principal: Principal = ANONYMOUS, reason: str = "cancel"
@@ -204,17 +195,17 @@ class FrontDoor:
         """Stop `principal`'s running run; False when it had already ended."""
         if not run_id:
             raise InvalidRequest("runId is required")
-        found = await self.bus.find(run_id) if valid_run_id(run_id) else None
+        found = await self.lifecycle.bus.find(run_id) if valid_run_id(run_id) else None
         cancelled = None
         if found is not None and found.owner == principal:
-            cancelled = await self.bus.cancel(run_id, reason)
+            cancelled = await self.lifecycle.bus.cancel(run_id, reason)
         if cancelled is None:
             shown = shorten(run_id)
             raise RunNotFound(f"no active or recent run {shown!r}", run_id=shown)
         return cancelled
 
     async def _owns_chat(self, chat_id: str, principal: Principal) -> bool:
-        summary = await self.chats.summary(chat_id) if chat_id else None
+        summary = await self.lifecycle.chats.summary(chat_id) if chat_id else None
         return (summary.owner if summary is not None else ANONYMOUS) == principal
 
     # -- chats and uploads -------------------------------------------------------------
@@ -226,7 +217,7 @@ class FrontDoor:
         if page_size < 0:
             raise InvalidRequest("pageSize must be >= 0")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        return await self.chats.page(size, page_token, owner=principal)
+        return await self.lifecycle.chats.page(size, page_token, owner=principal)
 
     async def get_chat(
         self,
@@ -241,9 +232,9 @@ class FrontDoor:
         if not chat_id:
             raise InvalidRequest("chatId is required")
         check_chat_id(chat_id)
-        summary = await self.chats.summary(chat_id)
+        summary = await self.lifecycle.chats.summary(chat_id)
         try:
-            live = await self.bus.live_of(chat_id)
+            live = await self.lifecycle.bus.live_of(chat_id)
         except BusUnavailable:  # the history is still there to read; the live run is not
             if summary is None:
                 raise
@@ -258,7 +249,7 @@ class FrontDoor:
                 raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
             return ChatView(live_run=shown, chat_id=chat_id, chat_name=chat_name)
         try:
-            records = await self.chats.read(chat_id)
+            records = await self.lifecycle.chats.read(chat_id)
         except ChatNotFound:
             if live is None:
                 raise
@@ -282,7 +273,7 @@ class FrontDoor:
         if command.chat_id:
             check_chat_id(command.chat_id)
             await self._check_chat_owner(command.chat_id, command.principal)
-        return await self.uploads.save(
+        return await self.lifecycle.uploads.save(
             command.name,
             command.content,
             command.mime_type,
@@ -294,10 +285,10 @@ class FrontDoor:
 
     async def open(self) -> None:
         """Prepare the stores and the bus before the first request."""
-        await self.chats.open()
-        await self.run_log.open()
-        await self.uploads.open()
-        await self.bus.open()
+        await self.lifecycle.chats.open()
+        await self.lifecycle.run_log.open()
+        await self.lifecycle.uploads.open()
+        await self.lifecycle.bus.open()
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
@@ -305,7 +296,7 @@ class FrontDoor:
 
     async def close(self) -> None:
         """Disconnect from the bus, after the drain."""
-        await self.bus.close()
+        await self.lifecycle.bus.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""

@@ -27,7 +27,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.core import events
@@ -86,32 +86,24 @@ class _Prepared:
     parts: list[Any]
 
 
+@dataclass(eq=False)
 class RunLifecycle:
     """Starts, keeps and ends the runs this process executes."""
 
-    def __init__(
-        self,
-        *,
-        chats: ChatStore,
-        run_log: RunLog,
-        bus: RunBus,
-        uploads: Uploads,
-        services: RunServices,
-        options: RunOptions,
-    ) -> None:
-        self.chats = chats
-        self.run_log = run_log
-        self.bus = bus
-        self.uploads = uploads
-        self.services = services
-        self.options = options
-        self.draining = False
-        self._active: set[RunState] = set()  # the runs this process executes
-        self._recorders: dict[str, ChatRecorder] = {}  # the latest recorder of each chat
-        self._starting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
-        self._finishing: set[asyncio.Task[None]] = set()
+    chats: ChatStore
+    run_log: RunLog
+    bus: RunBus
+    uploads: Uploads
+    services: RunServices
+    options: RunOptions
+    draining: bool = False
+    _active: set[RunState] = field(default_factory=set)  # the runs this process executes
+    # The latest recorder of each chat, and one lock per chat a run is starting on.
+    _recorders: dict[str, ChatRecorder] = field(default_factory=dict)
+    _starting: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
+    _finishing: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def active_runs(self) -> int:

@@ -325,7 +325,7 @@ async def test_the_context_example_prunes_then_summarises_and_reuses_the_summary
         ["summarize"],
     ]
     await demo.app.frontdoor.flush()
-    records = await demo.app.frontdoor.chats.read(chat_id)
+    records = await demo.app.frontdoor.lifecycle.chats.read(chat_id)
     summaries = [(r["runId"], r["summary"]) for r in records if "summary" in r]
     assert [(run, summary["through"]) for run, summary in summaries] == [
         (runs[2], runs[0]),  # the third run summarised the first

@@ -181,7 +181,7 @@ async def test_the_oldest_turns_are_summarised_once_and_the_summary_is_reused(
             "C",
             "fourth question",
         ]
-        records = await gateway.app.frontdoor.chats.read(chat_id)
+        records = await gateway.app.frontdoor.lifecycle.chats.read(chat_id)
         summaries = [(r["runId"], r["summary"]) for r in records if "summary" in r]
         text = "The user asked a first question."
         assert summaries == [(third[0].run_id, {"text": text, "through": first_run})]
@@ -205,7 +205,7 @@ async def test_a_failed_summary_call_falls_back_to_trimming(
         assert [m["content"] for m in sent[1:]] == ["second question", LONG_B, "third question"]
         assert compress.tokens_after == prompt_tokens(provider.requests[3])
         await assert_replayed(gateway, third)
-        records = await gateway.app.frontdoor.chats.read(chat_id)
+        records = await gateway.app.frontdoor.lifecycle.chats.read(chat_id)
         assert not any("summary" in r for r in records)  # nothing to reuse: trimmed again later
 
 
