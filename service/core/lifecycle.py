@@ -297,6 +297,7 @@ class RunLifecycle:
 
     def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
         self._active.discard(run)
+        run.let_go()
         _log_run_end(run, mode)
         for on_run_end in hooks(self.options.middlewares, "on_run_end"):
             try:

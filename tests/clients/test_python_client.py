@@ -291,10 +291,7 @@ async def test_a_subagents_run_folds_into_its_call(
         AsyncClient(target(gateway)) as agw,
     ):
         result = await agw.ask("boss", "Echo x")
-        task = gateway.app.frontdoor.runs[result.run_id].task
-        assert task is not None
-        await asyncio.wait({task})
-        await asyncio.sleep(0)
+        await gateway.app.frontdoor.runs[result.run_id].ended()
         await gateway.app.frontdoor.flush()  # the chat is written
         history = fold_runs((await agw.get_chat(result.chat_id)).events)
     for folded in (result, *history):

@@ -317,11 +317,9 @@ async def settle(service: FuzzService, timeout_s: float = 15.0) -> None:
     for run in list(front.runs.values()):
         if not run.done:
             run.cancel("fuzz over")
-    tasks = {run.task for run in front.runs.values() if run.task is not None}
-    if tasks:
-        await asyncio.wait(tasks, timeout=timeout_s)
-    await asyncio.sleep(0)  # the ended runs' callbacks
     async with asyncio.timeout(timeout_s):
+        for run in list(front.runs.values()):
+            await run.ended()
         await front.flush()
 
 

@@ -6,7 +6,6 @@ Each run streams over `Query`, is replayed by `GetChat` in snapshot form and by
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -55,10 +54,7 @@ AGENTS = {
 
 async def recorded(gateway: Harness, live: list) -> None:
     """Wait until the run has ended and its chat records are written."""
-    task = gateway.app.frontdoor.runs[live[0].run_id].task
-    assert task is not None
-    await asyncio.wait({task})
-    await asyncio.sleep(0)  # the task's done callbacks
+    await gateway.app.frontdoor.runs[live[0].run_id].ended()
     await gateway.app.frontdoor.flush()
 
 

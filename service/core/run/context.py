@@ -88,7 +88,7 @@ class RunQuery:
         return cls(command, memory, user_message, flatten(memory))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class RunContext:
     """Everything a mode needs to execute a run, seen from one scope of it."""
 

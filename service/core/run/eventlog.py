@@ -138,9 +138,19 @@ class EventLog(Sequence[Event]):
         if field in TERMINALS:
             self._done = True
             self._finished.set()
+            self._let_go()
         if self._waiters:
             self._wake()
         return event
+
+    def _let_go(self) -> None:
+        """Once the terminal event is out, nothing more is emitted: drop what refers back to
+        the run (its observers, the last reader's hook, the middlewares' subject), so that an
+        ended run is freed by reference counting, not by a rare full garbage collection."""
+        self._observers = []
+        self._on_event = ()
+        self.on_unwatched = None
+        self.subject = None
 
     def _apply_middlewares(self, event: Event, field: str) -> tuple[Event, str] | None:
         """Pass `event` through the middlewares; None when it is dropped."""

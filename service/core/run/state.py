@@ -9,6 +9,7 @@ chat recorder subscribes there, like any observer).
 from __future__ import annotations
 
 import asyncio
+import traceback
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class RunState:
         # {"text", "through"}: written into the run's next chat record, then cleared.
         self.context_summary: dict[str, str] | None = None
         self._turn_observers: list[TurnObserver] = []
+        self._ended = asyncio.Event()  # set once the run's task has ended and let go
         log.subject = self
 
     @property
@@ -92,6 +94,23 @@ class RunState:
         for observer in self._turn_observers:
             observer(request, result)
 
+    def let_go(self) -> None:
+        """The run's task has ended: forget it and the run's turn observers, which refer back to
+        the run, so that the run is freed by reference counting once it is released.
+
+        A cancelled task keeps its `CancelledError`, whose traceback keeps the frames it went
+        through and their locals: the run's context, and the time-out that refers back to the
+        task. Those frames are finished: their locals are cleared here.
+        """
+        task, self.task = self.task, None
+        self._turn_observers = []
+        self._ended.set()
+        if task is not None and task.cancelled():
+            try:
+                task.result()
+            except asyncio.CancelledError as cancelled:
+                traceback.clear_frames(cancelled.__traceback__)
+
     def cancel(self, reason: str) -> bool:
         """Ask the run's task to stop; the run ends with `run.cancel` carrying `reason`."""
         if self.done or self.task is None or self.task.done():
@@ -104,6 +123,10 @@ class RunState:
     async def wait(self) -> None:
         """Wait until the terminal event has been emitted."""
         await self.log.wait()
+
+    async def ended(self) -> None:
+        """Wait until the run's task has ended and let go (its end is being kept)."""
+        await self._ended.wait()
 
     def follow(self, after_seq: int = 0) -> AsyncGenerator[Event, None]:
         return self.log.follow(after_seq)

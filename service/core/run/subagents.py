@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,13 +124,22 @@ class Subagents:
                     source=source_of(key),
                 )
             )
-            ctx.executor.delegates[source_of(key)] = functools.partial(self.call, ctx, key)
+            # The context owns its executor: the executor's handler refers back to it weakly.
+            caller = weakref.ref(ctx)
+            ctx.executor.delegates[source_of(key)] = functools.partial(self.call, caller, key)
         return tuple(offered)
 
     async def call(
-        self, ctx: RunContext, key: str, arguments: dict[str, Any], call: ToolCallInfo
+        self,
+        caller: weakref.ref[RunContext],
+        key: str,
+        arguments: dict[str, Any],
+        call: ToolCallInfo,
     ) -> str:
-        """Run agent `key` on `arguments["task"]` as a nested run of `ctx`; its answer."""
+        """Run agent `key` on `arguments["task"]` as a nested run of the `caller`; its answer."""
+        ctx = caller()
+        if ctx is None:  # the calling run is gone
+            raise ToolError("the calling run has ended")
         task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
             raise ToolError("'task' must be a non-empty string: what the agent is to do")

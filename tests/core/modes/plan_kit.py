@@ -178,9 +178,8 @@ async def assert_replayed(core: InProcess, live: list[pb.Event]) -> None:
     for after in range(len(live) + 1):
         assert [e async for e in await core.frontdoor.attach(run_id, after)] == live[after:]
     run = core.frontdoor.runs.get(run_id)
-    if run is not None and run.task is not None:  # its end is being recorded
-        await asyncio.wait([run.task])
-        await asyncio.sleep(0)
+    if run is not None:  # its end is being recorded
+        await run.ended()
     await core.frontdoor.flush()
     view = await core.frontdoor.get_chat(live[0].chat_id)
     assert comparable(view.events) == comparable(snapshot_form(live))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -81,10 +80,7 @@ async def core(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[InProcess]
 
 async def recorded(core: InProcess, run_id: str) -> None:
     """Wait until the run's task has ended and its chat records are written."""
-    task = core.frontdoor.runs[run_id].task
-    assert task is not None
-    await asyncio.wait({task})
-    await asyncio.sleep(0)  # the task's done callbacks
+    await core.frontdoor.runs[run_id].ended()
     await core.frontdoor.flush()
 
 
