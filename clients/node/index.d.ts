@@ -161,7 +161,7 @@ export type ErrorReason =
   | 'CONFLICT' | 'CHAT_BUSY' | 'PROVIDER_NOT_CONFIGURED'
   | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED'
   | 'SHUTTING_DOWN' | 'PROVIDER_ERROR' | 'PROVIDER_STREAM_ERROR' | 'PROVIDER_TIMEOUT'
-  | 'OWNER_LOST' | 'BUS_UNAVAILABLE'
+  | 'OWNER_LOST' | 'BUS_UNAVAILABLE' | 'RUN_HANDED_OVER'
   | 'STORE_FAILED' | 'SANDBOX_UNAVAILABLE'
   | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED' | 'UNAUTHENTICATED';
 
@@ -196,6 +196,7 @@ export class ShuttingDown extends AgwError { static status: number }
 export class ProviderError extends AgwError { static status: number }
 export class ProviderTimeout extends AgwError { static status: number }
 export class OwnerLost extends AgwError { static status: number }
+export class RunHandedOver extends AgwError { static status: number }
 export class BusUnavailable extends AgwError { static status: number }
 /** Reason → the class of its family; reasons not listed arrive as plain AgwError. */
 export const ERROR_CLASSES: Readonly<Partial<Record<ErrorReason, typeof AgwError & { status: number }>>>;

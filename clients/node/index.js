@@ -154,6 +154,9 @@ class ShuttingDown extends AgwError { static status = grpc.status.UNAVAILABLE; }
 class ProviderError extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** UNAVAILABLE: the replica executing the run was lost (in a run: RunFailed with this reason). */
 class OwnerLost extends AgwError { static status = grpc.status.UNAVAILABLE; }
+/** UNAVAILABLE: the run's process shut down and handed it over; it goes on: re-attach with
+ *  `metadata.run_id` and `metadata.after_seq`. */
+class RunHandedOver extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** UNAVAILABLE: the gateway's run bus (Redis) is unreachable; nothing was done, retry. */
 class BusUnavailable extends AgwError { static status = grpc.status.UNAVAILABLE; }
 /** DEADLINE_EXCEEDED: a model provider timed out (in a run: RunFailed with this reason). */
@@ -178,6 +181,7 @@ const ERROR_CLASSES = Object.freeze({
   PROVIDER_TIMEOUT: ProviderTimeout,
   OWNER_LOST: OwnerLost,
   BUS_UNAVAILABLE: BusUnavailable,
+  RUN_HANDED_OVER: RunHandedOver,
 });
 
 /** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
@@ -429,6 +433,7 @@ module.exports = {
   ProviderError,
   ProviderTimeout,
   OwnerLost,
+  RunHandedOver,
   BusUnavailable,
   ERROR_CLASSES,
   RunFailed,

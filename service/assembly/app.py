@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from typing import Any
 
 from service import state
@@ -179,7 +180,10 @@ class App:
                 debug_level=DebugLevel[settings.debug_level.upper()],
                 pricing=pricing(settings) if settings.prices else None,
                 currency=settings.currency,
+                resume_attempts=settings.resume_attempts,
+                replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
+            journal=state.RUN_JOURNALS[settings.run_journal](options),
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
@@ -235,6 +239,10 @@ class App:
         tools_watch = self.settings.tools_watch
         if tools_watch if tools_watch is not None else self.settings.agents_watch:
             self._tools_watch = asyncio.create_task(self.tools.watch(self._stop_watch))
+        if self.settings.run_bus == "local":  # the runs the last process left go on here
+            resumed = await self.frontdoor.resume("restart")
+            if resumed:
+                log.info("resumed %d runs left by the last process", len(resumed))
         await self.grpc.start()
         if self.settings.http_enabled:
             await self._start_http()
@@ -295,3 +303,8 @@ class App:
         await self.frontdoor.lifecycle.chats.close()
         await self.frontdoor.lifecycle.run_log.close()
         await self.frontdoor.lifecycle.uploads.close()
+
+
+def _process_name() -> str:
+    """This process, as `run.resume` names the replica that resumed a run."""
+    return f"{socket.gethostname()}-{os.getpid()}"

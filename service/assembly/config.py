@@ -214,6 +214,12 @@ class Settings(BaseSettings):
     postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
     postgres_timeout_s: float = Field(default=10.0, gt=0)  # connecting, and each statement
     run_bus: Literal["local", "redis"] = "local"
+    # Where the runs in flight are journaled, so that they outlive their process
+    # (service/core/run/journal.py): `files` (a SQLite file in runs_dir, the default),
+    # `memory`, or `none` (a run ends with its process). A run resumed this often and lost
+    # again ends with run.error OWNER_LOST.
+    run_journal: Literal["files", "memory", "none"] = "files"
+    resume_attempts: int = Field(default=3, ge=1)
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
     upload_store: Literal["files", "memory", "postgres"] | None = None

@@ -62,6 +62,7 @@ def ask_user_tool(wait_timeout_s: float) -> BackendTool:
     definition = ToolDefinition(
         name=NAME,
         kind="backend",
+        idempotent=True,  # asking again is what a resumed run should do
         description=(
             "Ask the user a question and wait for the answer: to clarify the request or to "
             "let the user decide. Give options when the answer is a choice."

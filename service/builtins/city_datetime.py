@@ -67,6 +67,7 @@ CITY_ZONES: dict[str, str] = {
 DEFINITION = ToolDefinition(
     name="city_datetime",
     kind="backend",
+    idempotent=True,  # it only reads the clock
     description="The current local date and time of a city (or of an IANA time zone).",
     parameters={
         "type": "object",

@@ -36,6 +36,7 @@ DEFINITION = ToolDefinition(
     after_call_hint="Say that the weather comes from demo data.",
     timeout_s=5.0,
     cacheable=True,  # the same city and date always give the same weather
+    idempotent=True,
 )
 
 

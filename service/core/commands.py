@@ -8,7 +8,7 @@ are plain JSON values here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
@@ -62,6 +62,22 @@ class QueryCommand:
     strategy: Strategy | None = None  # None: the service's default
     principal: Principal = ANONYMOUS  # who asks; owns the chat and the run
     mode: Mode | None = None  # one of the agent's `modes`; None: its `mode`
+
+    def to_record(self) -> dict[str, Any]:
+        """The command as JSON data (what a run's journal keeps of its query)."""
+        data = asdict(self)
+        data["principal"] = self.principal.to_record()
+        data["debug_level"] = None if self.debug_level is None else int(self.debug_level)
+        return data
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> QueryCommand:
+        fields = dict(data)
+        fields["references"] = tuple(Reference(**r) for r in fields.get("references", ()))
+        fields["principal"] = Principal.from_record(fields.get("principal"))
+        level = fields.get("debug_level")
+        fields["debug_level"] = None if level is None else DebugLevel(level)
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True)

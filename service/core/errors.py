@@ -101,6 +101,13 @@ class ShuttingDown(AgwError):
     reason = "SHUTTING_DOWN"
 
 
+class RunHandedOver(AgwError):
+    """A run's stream ends because its process is shutting down and handed the run over;
+    the run goes on elsewhere (or after the restart): the client re-attaches."""
+
+    reason = "RUN_HANDED_OVER"
+
+
 class OwnerLost(AgwError):
     """The replica executing a run stopped renewing its lease (it died or was cut off).
 
@@ -216,6 +223,7 @@ STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
         PayloadTooLarge: Status.RESOURCE_EXHAUSTED,
         BudgetExhausted: Status.RESOURCE_EXHAUSTED,
         ShuttingDown: Status.UNAVAILABLE,
+        RunHandedOver: Status.UNAVAILABLE,
         ProviderError: Status.UNAVAILABLE,
         ProviderStreamError: Status.UNAVAILABLE,
         ProviderTimeout: Status.DEADLINE_EXCEEDED,

@@ -191,6 +191,12 @@ def run_complete(finish_reason: str, usage: pb.Usage | None = None) -> Event:
     return Event(run_complete=pb.RunComplete(finish_reason=finish_reason, usage=usage))
 
 
+def run_resume(reason: str, step: str, replica: str, attempt: int) -> Event:
+    return Event(
+        run_resume=pb.RunResume(reason=reason, step=step, replica=replica, attempt=attempt)
+    )
+
+
 def run_cancel(reason: str) -> Event:
     return Event(run_cancel=pb.RunCancel(reason=reason))
 

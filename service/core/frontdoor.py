@@ -44,7 +44,7 @@ from service.core.ids import (
 from service.core.lifecycle import RunLifecycle, RunOptions
 from service.core.model import ModelRouter
 from service.core.modes import MODES
-from service.core.ports import ChatStore, RunBus, RunLog
+from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
 from service.core.run.binding import bind_stages
 from service.core.run.context import RunServices
 from service.core.run.state import RunState
@@ -73,6 +73,7 @@ class FrontDoor:
         tools: ToolRegistry | None = None,
         skills: SkillRegistry | None = None,
         options: RunOptions | None = None,
+        journal: RunJournal | None = None,
     ) -> None:
         options = options if options is not None else RunOptions()
         self.agents = agents
@@ -86,7 +87,9 @@ class FrontDoor:
             options.context_length,
         )
         # the state ports, the runs' services and options: held by the lifecycle
-        self.lifecycle = RunLifecycle(chats, run_log, bus, uploads, self.services, options)
+        self.lifecycle = RunLifecycle(
+            chats, run_log, bus, uploads, self.services, options, MODES, journal
+        )
 
     @property
     def active_runs(self) -> int:
@@ -289,14 +292,23 @@ class FrontDoor:
         await self.lifecycle.run_log.open()
         await self.lifecycle.uploads.open()
         await self.lifecycle.bus.open()
+        if self.lifecycle.journal is not None:
+            await self.lifecycle.journal.open()
+
+    async def resume(self, reason: str = "restart") -> list[RunState]:
+        """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
+        return await self.lifecycle.resume_unfinished(reason)
 
     async def drain(self, grace_s: float) -> None:
-        """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
+        """Refuse new runs, let running ones finish within `grace_s`, then hand the rest over
+        (journaled runs) or cancel them."""
         await self.lifecycle.drain(grace_s)
 
     async def close(self) -> None:
-        """Disconnect from the bus, after the drain."""
+        """Disconnect from the bus and close the journal, after the drain."""
         await self.lifecycle.bus.close()
+        if self.lifecycle.journal is not None:
+            await self.lifecycle.journal.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""

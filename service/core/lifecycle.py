@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -37,17 +38,18 @@ from service.core.chats.memory import remembered
 from service.core.chats.recorder import ChatRecorder, user_message
 from service.core.chats.uploads import Uploads
 from service.core.commands import DebugLevel, QueryCommand, Strategy
-from service.core.errors import ChatBusy, Overloaded, ShuttingDown
+from service.core.errors import ChatBusy, ChatNotFound, Overloaded, OwnerLost, ShuttingDown
 from service.core.ids import chat_name_of
 from service.core.middleware import hooks
-from service.core.ports import ChatStore, RunBus, RunLog
-from service.core.run.binding import BoundModel
+from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
+from service.core.run.binding import BoundModel, bind_stages
 from service.core.run.context import Mode, RunQuery, RunServices, new_context
 from service.core.run.eventlog import EventLog
+from service.core.run.journal import JournaledRun, JournalEntry, Journaling, Replay, RunSteps
 from service.core.run.runner import execute
 from service.core.run.state import Accounting, Pricing, RunState
 from service.core.run.transcript import PastRun
-from service.core.run.turn import Ids
+from service.core.run.turn import Ids, journaled_turns
 from service.core.run.window import fit_memory
 from service.core.values import RunRef
 
@@ -72,6 +74,8 @@ class RunOptions:
     context_length: int = 32_768  # a model's context length when nothing else says (window.py)
     currency: str = "USD"
     debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
+    resume_attempts: int = 3  # a run resumed this often and lost again ends OWNER_LOST
+    replica: str = ""  # this process, as `run.resume` names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class _Prepared:
     new_chat: bool
     memory: list[PastRun]
     parts: list[Any]
+    user_message: dict[str, Any]  # as the chat records it
 
 
 @dataclass(eq=False)
@@ -96,6 +101,8 @@ class RunLifecycle:
     uploads: Uploads
     services: RunServices
     options: RunOptions
+    modes: Mapping[str, Mode] = field(default_factory=dict)  # to resume a run in its mode
+    journal: RunJournal | None = None  # where runs are journaled, to outlive this process
     draining: bool = False
     _active: set[RunState] = field(default_factory=set)  # the runs this process executes
     # The latest recorder of each chat, and one lock per chat a run is starting on.
@@ -104,6 +111,11 @@ class RunLifecycle:
         default_factory=weakref.WeakValueDictionary
     )
     _finishing: set[asyncio.Task[None]] = field(default_factory=set)
+    _journaling: Journaling | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.journal is not None:
+            self._journaling = Journaling(self.journal)
 
     @property
     def active_runs(self) -> int:
@@ -196,9 +208,33 @@ class RunLifecycle:
         )
         query_record = events.to_dict(query_event.request_query)
         query_record["chatId"] = chat_id
+        run = self._run_state(secrets.token_hex(8), chat_id, agent, command)
+        stored = user_message(command.message, parts)
+        return _Prepared(run, query_event, query_record, new_chat, memory, parts, stored)
+
+    def _run_state(
+        self,
+        run_id: str,
+        chat_id: str,
+        agent: AgentDefinition,
+        command: QueryCommand,
+        journaled: JournaledRun | None = None,
+    ) -> RunState:
+        """The state of a run of `agent` for `command` (of a resumed one: `journaled`)."""
         options = self.options
-        run = RunState(
-            EventLog(secrets.token_hex(8), chat_id, options.middlewares),
+        journaling = self._journaling
+        log = EventLog(
+            run_id,
+            chat_id,
+            options.middlewares,
+            journaling=journaling,
+            journaled=journaled.events if journaled is not None else (),
+        )
+        if journaling is not None:
+            replay = Replay(journaled) if journaled is not None else None
+            log.steps = RunSteps(run_id, journaling, replay)
+        return RunState(
+            log,
             agent.key,
             debug_level=(
                 options.debug_level if command.debug_level is None else command.debug_level
@@ -206,7 +242,6 @@ class RunLifecycle:
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
             owner=command.principal,
         )
-        return _Prepared(run, query_event, query_record, new_chat, memory, parts)
 
     async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
         image_input = bool(self.options.image_input and self.options.image_input(provider))
@@ -241,35 +276,74 @@ class RunLifecycle:
             self.chats,
             run,
             start.query_record,
-            user_message(command.message, start.parts),
+            start.user_message,
             agent.stage_names[0],
             owner=run.owner,
         )
         self._recorders[run.chat_id] = recorder
+        if self._journaling is not None:
+            self._begin(run, command, agent, start)
         out = run.log.scope()
         out.emit(start.query_event)
         if start.new_chat:
             out.emit(events.chat_start(chat_name_of(command.message)))
         out.emit(events.run_start(agent.key))
-        memory = start.memory
-        if options.context_max_tokens:
-            memory = fit_memory(memory, options.context_max_tokens, out)
+        self._execute(run, recorder, command, agent, mode, models, start.memory, start.parts)
+        return run
+
+    def _execute(
+        self,
+        run: RunState,
+        recorder: ChatRecorder,
+        command: QueryCommand,
+        agent: AgentDefinition,
+        mode: Mode,
+        models: Mapping[StageName, BoundModel],
+        memory: list[PastRun],
+        parts: list[Any],
+    ) -> None:
+        """Start the run's task: `mode` in the run's context."""
+        out = run.log.scope()
+        if self.options.context_max_tokens:
+            memory = fit_memory(memory, self.options.context_max_tokens, out)
         model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
-        if start.parts:
-            model_user["content"] = [{"type": "text", "text": command.message}, *start.parts]
+        if parts:
+            model_user["content"] = [{"type": "text", "text": command.message}, *parts]
         context = new_context(
             run,
             out,
             agent,
             RunQuery.of(command, memory, model_user),
             self.services,
-            Ids(run.run_id),
+            Ids(run.run_id, self._floors(run)),
             models=models,
         )
         run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
         run.task.add_done_callback(lambda _: self._ended(run, recorder, agent.mode))
-        return run
+
+    @staticmethod
+    def _floors(run: RunState) -> dict[str, int]:
+        replay = run.log.steps.replay if run.log.steps is not None else None
+        return replay.floors if replay is not None else {}
+
+    def _begin(
+        self, run: RunState, command: QueryCommand, agent: AgentDefinition, start: _Prepared
+    ) -> None:
+        """Journal what the run starts with: enough to start it again elsewhere."""
+        record = {
+            "agentKey": agent.key,
+            "agent": agent.to_json_dict(),
+            "mode": agent.mode,
+            "command": command.to_record(),
+            "query": start.query_record,
+            "userMessage": start.user_message,
+            "parts": start.parts,
+            "newChat": start.new_chat,
+        }
+        data = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        assert self._journaling is not None
+        self._journaling.submit(JournalEntry(run.run_id, "begin", run.chat_id, data.encode()))
 
     def _arm_unwatched_timer(self, run: RunState, *, waited: bool = False) -> None:
         """Cancel `run` once nobody has followed it for `unwatched_run_ttl_s`, unless it
@@ -298,6 +372,10 @@ class RunLifecycle:
     def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
         self._active.discard(run)
         run.let_go()
+        if not run.done:  # handed over (a drain): its journal goes on elsewhere
+            log.info("run %s handed over", run.run_id)
+            run.log.hand_over()
+            return
         _log_run_end(run, mode)
         for on_run_end in hooks(self.options.middlewares, "on_run_end"):
             try:
@@ -321,6 +399,8 @@ class RunLifecycle:
             await self.bus.settled(run)
             if not run.fenced:  # a fenced run's log is kept by the replica that took it over
                 await self.run_log.save(run.run_id, run.log)
+                if self._journaling is not None:  # kept: its journal is done with
+                    self._journaling.submit(JournalEntry(run.run_id, "end"))
         except Exception:
             log.exception("could not keep the log of run %s", run.run_id)
         asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)
@@ -330,10 +410,102 @@ class RunLifecycle:
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
+    # -- resume ------------------------------------------------------------------------
+
+    async def resume_unfinished(self, reason: str) -> list[RunState]:
+        """Resume every run the journal holds unfinished (the embedded default, at start-up:
+        the runs the last process left)."""
+        if self.journal is None:
+            return []
+        resumed = []
+        for run_id in await self.journal.unfinished():
+            try:
+                run = await self.resume(run_id, reason)
+            except Exception:
+                log.exception("could not resume run %s", run_id)
+                continue
+            if run is not None:
+                resumed.append(run)
+        return resumed
+
+    async def resume(self, run_id: str, reason: str) -> RunState | None:
+        """Go on with run `run_id` from its journal: its log as it was, its open blocks
+        closed, `run.resume`, then its mode again from its last completed step.
+
+        A run whose journal ended it (only its keeping was left) is kept; one resumed
+        `resume_attempts` times already, or whose agent does not resume, ends with
+        `run.error` OWNER_LOST. None when the journal has no such run.
+        """
+        assert self.journal is not None and self._journaling is not None
+        journaled = await self.journal.load(run_id)
+        if journaled is None:
+            return None
+        record = journaled.record
+        chat_id = journaled.chat_id
+        command = QueryCommand.from_record(record["command"])
+        agent = AgentDefinition.model_validate(
+            record["agent"], context={"key": record["agentKey"]}
+        ).in_mode(record["mode"])
+        run = self._run_state(run_id, chat_id, agent, command, journaled)
+        clash = await self.bus.register(run)
+        if clash is not None:
+            log.warning("run %s not resumed: chat %s has run %s", run_id, chat_id, clash.run_id)
+            return None
+        try:
+            records = await self.chats.read(chat_id)
+        except ChatNotFound:
+            records = []  # the run's first records were never written
+        recorder = ChatRecorder.resume(
+            self.chats,
+            run,
+            record["query"],
+            record["userMessage"],
+            agent.stage_names[0],
+            owner=run.owner,
+            journaled=journaled.events,
+            turns=journaled_turns(journaled.steps),
+            written=sum(1 for r in records if r.get("runId") == run_id and r["_type"] == "step"),
+        )
+        self._recorders[chat_id] = recorder
+        self._active.add(run)
+        for on_run_start in hooks(self.options.middlewares, "on_run_start"):
+            on_run_start(run)
+        out = run.log.scope()
+        if journaled.ended:
+            self._ended(run, recorder, agent.mode)
+            return run
+        for start in reversed(run.log.open_blocks):  # what the interrupted steps left open
+            out.emit(events.end_of(start))
+        attempt = journaled.attempts + 1
+        if attempt > self.options.resume_attempts or not agent.resumable:
+            why = (
+                f"the run could not go on after its process stopped {attempt} times"
+                if agent.resumable
+                else f"agent {agent.key!r} does not resume its runs (resumable: false)"
+            )
+            lost = OwnerLost(why, attempts=str(attempt - 1))
+            out.emit(events.run_error(lost.reason, lost.message, lost.metadata))
+            self._ended(run, recorder, agent.mode)
+            return run
+        self._journaling.submit(JournalEntry(run_id, "resume", str(attempt)))
+        interrupted = ", ".join(sorted(journaled.started))
+        out.emit(events.run_resume(reason, interrupted, self.options.replica, attempt))
+        run.log.replay = run.log.steps.replay if run.log.steps is not None else None
+        memory = remembered(
+            [r for r in records if r.get("runId") != run_id], self.options.memory_runs
+        )
+        mode = self.modes[agent.mode]
+        models = bind_stages(self.services.models, agent)
+        self._execute(run, recorder, command, agent, mode, models, memory, record["parts"])
+        log.info("run %s resumed (%s, attempt %d)", run_id, reason, attempt)
+        return run
+
     # -- drain -------------------------------------------------------------------------
 
     async def drain(self, grace_s: float) -> None:
-        """Refuse new runs, let running ones finish within `grace_s`, then cancel the rest."""
+        """Refuse new runs, let running ones finish within `grace_s`, then hand the rest over
+        (journaled runs: they stop without ending, to resume in another process or after the
+        restart) or cancel them."""
         self.draining = True
         active = list(self._active)
         if active:
@@ -342,17 +514,24 @@ class RunLifecycle:
             _, pending = await asyncio.wait(waiters, timeout=grace_s)
             for waiter in pending:
                 waiter.cancel()
+        journaled = self._journaling is not None and not self._journaling.failed
         for run in list(self._active):
-            run.cancel("shutdown")
+            if journaled and run.log.steps is not None:
+                run.hand_over()
+            else:
+                run.cancel("shutdown")
         remaining = [r.task for r in self._active if r.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=5.0)
         await self.flush()
 
     async def flush(self) -> None:
-        """Wait until every ended run is recorded and kept in the run log."""
+        """Wait until every ended run is recorded and kept in the run log, and the journal
+        has everything."""
         while self._finishing:
             await asyncio.wait(list(self._finishing), timeout=10.0)
+        if self._journaling is not None:
+            await self._journaling.flush()
 
 
 def _log_run_end(run: RunState, mode: str) -> None:

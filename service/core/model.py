@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 Effort = Literal["LOW", "MEDIUM", "HIGH"]
@@ -53,6 +53,20 @@ class Usage:
     total_tokens: int = 0
     reasoning_tokens: int = 0
     cached_tokens: int = 0
+
+
+def add_usage(total: Usage | None, more: Usage) -> Usage:
+    """`total` and `more` summed (`more` when there is no total yet)."""
+    if total is None:
+        return more
+    return replace(
+        total,
+        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
+        completion_tokens=total.completion_tokens + more.completion_tokens,
+        total_tokens=total.total_tokens + more.total_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cached_tokens=total.cached_tokens + more.cached_tokens,
+    )
 
 
 @dataclass(frozen=True, slots=True)

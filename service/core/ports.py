@@ -5,6 +5,8 @@
 - `RunBus`: the live runs — where their events are followed from, and where a
   Submit or a Cancel for a run is delivered to the run that waits for it.
 - `UploadStore`: uploaded files, their description and their bytes.
+- `RunJournal`: what a run started with, its events and its steps' results, while it
+  runs, so that another process can resume it.
 
 Every method that may touch I/O is async. Implementations live in
 `service/state/` (in-process and file-backed ones today); a new backend is a
@@ -19,6 +21,7 @@ from typing import Protocol
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
+from service.core.run.journal import JournaledRun, JournalEntry
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
 from service.core.values import ChatSummary, LiveRun, Record, RunRef, StoredUpload
@@ -164,6 +167,31 @@ class RunBus(Protocol):
 
     async def live_of(self, chat_id: str) -> LiveRun | None:
         """The chat's run in progress (not yet ended), with its last seq and open waits."""
+        ...
+
+
+class RunJournal(Protocol):
+    """Where runs' journals are kept while they run (service/core/run/journal.py), so that a
+    run outlives its process: SQLite, PostgreSQL, or in process (service/state/)."""
+
+    async def open(self) -> None:
+        """Prepare the journal before the first run."""
+        ...
+
+    async def write(self, entries: Sequence[JournalEntry]) -> None:
+        """Write `entries` durably, in order, as one batch."""
+        ...
+
+    async def unfinished(self) -> list[str]:
+        """The ids of the runs begun and not ended, oldest first."""
+        ...
+
+    async def load(self, run_id: str) -> JournaledRun | None:
+        """The run's journal, or None when it has none (it ended, or never began)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the journal holds; no call follows."""
         ...
 
 

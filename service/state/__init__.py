@@ -17,10 +17,13 @@ here (`summaries.py`, `framing.py`, `run_refs.py`).
 | UploadStore | `files` | one directory per upload (`files/uploads.py`), the default |
 | UploadStore | `memory` | in-process (`local/stores.py`) |
 | UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
+| RunJournal | `files` | a SQLite file of the runs in flight (`files/journal.py`), the default |
+| RunJournal | `memory` | in-process (`local/stores.py`): runs outlive their task, not the process |
+| RunJournal | `none` | runs are not journaled: they end with their process |
 
 Adding a backend is a new module in its backend's folder (a new folder for a new
 kind of storage) and one line in the tables below; the settings pick one by name
-(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`).
+(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -30,13 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.core.ports import ChatStore, RunBus, RunLog, UploadStore
+from service.core.ports import ChatStore, RunBus, RunJournal, RunLog, UploadStore
 from service.core.run.waits import Waits
 from service.state.files.chats import FsyncPolicy, JsonlChatStore
+from service.state.files.journal import FileRunJournal
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
 from service.state.local.bus import LocalRunBus
-from service.state.local.stores import LocalChatStore, LocalRunLog, LocalUploadStore
+from service.state.local.stores import (
+    LocalChatStore,
+    LocalRunJournal,
+    LocalRunLog,
+    LocalUploadStore,
+)
 from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
@@ -100,4 +109,10 @@ RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {
         stream_maxlen=o.stream_maxlen,
         reply_timeout_s=o.reply_timeout_s,
     ),
+}
+
+RUN_JOURNALS: dict[str, Callable[[StateOptions], RunJournal | None]] = {
+    "files": lambda o: FileRunJournal(o.runs_dir),
+    "memory": lambda o: LocalRunJournal(),
+    "none": lambda o: None,
 }

@@ -93,6 +93,8 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                     context, self.heartbeat_s, run_id=run.run_id, chat_id=run.chat_id
                 )
                 await self._write_all(functools.partial(run.relay, 0), writer, "Query")
+            except AgwError as error:  # the run was handed over: the client re-attaches
+                await abort(context, error)
             finally:
                 if not run.done and self.cancel_on_disconnect:
                     log.info("client of run %s went away; cancelling the run", run.run_id)
@@ -115,7 +117,10 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 run_id=request.run_id,
                 chat_id=local.chat_id if local is not None else "",
             )
-            await self._write_all(_relay_of(events), writer, "Attach")
+            try:
+                await self._write_all(_relay_of(events), writer, "Attach")
+            except AgwError as error:  # the run was handed over: the client re-attaches
+                await abort(context, error)
 
     async def _write_all(self, relay: Relay, writer: StreamWriter, method: str) -> None:
         """Write each event `relay` hands on as one message (with heartbeats on silences)."""

@@ -121,6 +121,7 @@ def test_status_codes_are_the_contract() -> None:
         "PROVIDER_TIMEOUT": "DEADLINE_EXCEEDED",
         "OWNER_LOST": "UNAVAILABLE",
         "BUS_UNAVAILABLE": "UNAVAILABLE",
+        "RUN_HANDED_OVER": "UNAVAILABLE",
         "STORE_FAILED": "INTERNAL",
         "SANDBOX_UNAVAILABLE": "INTERNAL",
         "PLAN_FAILED": "INTERNAL",

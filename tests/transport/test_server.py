@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from service.core.events import BLOCK_ENDS, BLOCKS
 from service.testing import Harness
+from tests.transport.test_query import error_info
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,11 +84,12 @@ async def test_undecodable_health_and_reflection_calls_are_invalid_arguments(
 
 async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess.Process, int]:
     agents = tmp_path / "agents"
-    agents.mkdir()
+    agents.mkdir(exist_ok=True)
     (agents / "slow.json").write_text(
         json.dumps({"mode": "ONESHOT", "plain": {"systemPrompt": "Be slow."}})
     )
     port_file = tmp_path / "port"
+    port_file.unlink(missing_ok=True)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -118,34 +120,9 @@ async def _start_service(tmp_path: Path, **env: str) -> tuple[asyncio.subprocess
     raise AssertionError("service did not start: " + (await process.stderr.read()).decode())
 
 
-@pytest.mark.parametrize(
-    ("grace", "delay_ms", "terminal"),
-    [("0.5", "100", "run.cancel"), ("10", "5", "run.complete")],
-)
-async def test_sigterm_with_a_stream_in_flight_ends_it_cleanly(
-    tmp_path: Path, grace: str, delay_ms: str, terminal: str
-) -> None:
-    process, port = await _start_service(
-        tmp_path, AGW_SHUTDOWN_GRACE_S=grace, AGW_DEMO_DELAY_MS=delay_ms
-    )
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = gateway_pb2_grpc.AgentGatewayStub(channel)
-            call = stub.Query(gw.QueryRequest(agent_key="slow", message="take your time"))
-            events = []
-            async for event in call:
-                events.append(event)
-                if event.type == "run.start":
-                    process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 15) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert events[-1].type == terminal
-    if terminal == "run.cancel":
-        assert events[-1].run_cancel.reason == "shutdown"
-    assert [e.type for e in events].count(terminal) == 1
+def assert_closed(events: list) -> None:
+    """Every block of `events` is closed, and their seqs run 1, 2, 3, … without a gap."""
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
     open_blocks: set[str] = set()
     for event in events:
         field = event.WhichOneof("payload")
@@ -154,7 +131,93 @@ async def test_sigterm_with_a_stream_in_flight_ends_it_cleanly(
         elif field in BLOCK_ENDS:
             open_blocks.remove(getattr(getattr(event, field), BLOCK_ENDS[field]))
     assert not open_blocks
+
+
+async def _stream_until_sigterm(
+    process: asyncio.subprocess.Process, port: int
+) -> tuple[list, grpc.aio.AioRpcError | None]:
+    events: list = []
+    error = None
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+        call = stub.Query(gw.QueryRequest(agent_key="slow", message="take your time"))
+        try:
+            async for event in call:
+                events.append(event)
+                if event.type == "content.delta" and len(events) == 12:
+                    process.send_signal(signal.SIGTERM)
+        except grpc.aio.AioRpcError as raised:
+            error = raised
+    assert await asyncio.wait_for(process.wait(), 15) == 0
+    return events, error
+
+
+@pytest.mark.parametrize(("grace", "delay_ms"), [("0.5", "100"), ("10", "5")])
+async def test_sigterm_lets_a_run_finish_within_the_grace_else_hands_it_over(
+    tmp_path: Path, grace: str, delay_ms: str
+) -> None:
+    """Within the grace period a run ends as usual; after it, the run is handed over: its
+    stream ends with RUN_HANDED_OVER (no terminal event), and when the service is back,
+    Attach from the last seq goes on — `run.resume`, the rest of the answer, `run.complete`
+    — as one run: seqs without a gap or a repeat, every block closed."""
+    process, port = await _start_service(
+        tmp_path, AGW_SHUTDOWN_GRACE_S=grace, AGW_DEMO_DELAY_MS=delay_ms
+    )
+    try:
+        events, error = await _stream_until_sigterm(process, port)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    if grace == "10":
+        assert error is None and events[-1].type == "run.complete"
+        assert_closed(events)
+        return
+    assert error is not None and error.code() == grpc.StatusCode.UNAVAILABLE, error
+    info = error_info(error)
+    assert info.reason == "RUN_HANDED_OVER"
+    run_id = events[0].run_id
+    assert info.metadata == {"run_id": run_id, "after_seq": str(events[-1].seq)}
+    assert not any(e.type.startswith("run.") and e.type != "run.start" for e in events)
     assert any(e.type == "content.delta" for e in events)
+    process, port = await _start_service(tmp_path, AGW_DEMO_DELAY_MS="5")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+            request = gw.AttachRequest(run_id=run_id, after_seq=events[-1].seq)
+            rest = [event async for event in stub.Attach(request)]
+            whole = [event async for event in stub.Attach(gw.AttachRequest(run_id=run_id))]
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    kinds = [e.type for e in rest]
+    assert "run.resume" in kinds and kinds[-1] == "run.complete"
+    resume = rest[kinds.index("run.resume")].run_resume
+    assert (resume.reason, resume.attempt) == ("restart", 1)
+    assert all(e.type.endswith(".end") for e in rest[: kinds.index("run.resume")])
+    assert whole == [*events, *rest]
+    assert_closed(whole)
+
+
+async def test_sigterm_cancels_a_run_that_is_not_journaled(tmp_path: Path) -> None:
+    """Without a journal (AGW_RUN_JOURNAL=none) a run cannot outlive its process: after the
+    grace period it ends with `run.cancel` (shutdown), every block closed."""
+    process, port = await _start_service(
+        tmp_path, AGW_SHUTDOWN_GRACE_S="0.5", AGW_DEMO_DELAY_MS="100", AGW_RUN_JOURNAL="none"
+    )
+    try:
+        events, error = await _stream_until_sigterm(process, port)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert error is None
+    assert events[-1].type == "run.cancel" and events[-1].run_cancel.reason == "shutdown"
+    assert [e.type for e in events].count("run.cancel") == 1
+    assert_closed(events)
 
 
 async def test_text_log_lines_read_plainly(tmp_path: Path) -> None:

@@ -213,6 +213,12 @@ class OwnerLost(Unavailable):
     not answer a Submit or Cancel in time; retry."""
 
 
+class RunHandedOver(Unavailable):
+    """The stream of a run ended because the gateway process running it shut down and handed
+    it over: the run goes on. Re-attach (`attach`) with `run_id` and `after_seq`, the last
+    seq this stream gave (both in `metadata`)."""
+
+
 class BusUnavailable(Unavailable):
     """The gateway's run bus (Redis) is unreachable; nothing was done: retry (in a run:
     `RunFailed` with this reason)."""
@@ -244,6 +250,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_PROVIDER_TIMEOUT: ProviderTimeout,
     errors_pb2.ERROR_REASON_OWNER_LOST: OwnerLost,
     errors_pb2.ERROR_REASON_BUS_UNAVAILABLE: BusUnavailable,
+    errors_pb2.ERROR_REASON_RUN_HANDED_OVER: RunHandedOver,
     errors_pb2.ERROR_REASON_STORE_FAILED: Internal,
     errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
     errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,

@@ -101,6 +101,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     not be reached or did not answer in time; nothing was started or changed
     (metadata `operation`). Retry: the service serves again once it is back.
     """
+    ERROR_REASON_RUN_HANDED_OVER: _ErrorReason.ValueType  # 46
+    """UNAVAILABLE: the stream of a run ends because its process is shutting down and
+    handed the run over: the run goes on (after the restart, or on another
+    replica). Re-attach with Attach (metadata `run_id`, and `after_seq`, the last
+    seq this stream sent).
+    """
     ERROR_REASON_STORE_FAILED: _ErrorReason.ValueType  # 50
     """INTERNAL: a chat file could not be made durable; the chat accepts no more
     appends.
@@ -190,6 +196,12 @@ ERROR_REASON_BUS_UNAVAILABLE: ErrorReason.ValueType  # 45
 """UNAVAILABLE, "run.error": the run bus (Redis, with AGW_RUN_BUS=redis) could
 not be reached or did not answer in time; nothing was started or changed
 (metadata `operation`). Retry: the service serves again once it is back.
+"""
+ERROR_REASON_RUN_HANDED_OVER: ErrorReason.ValueType  # 46
+"""UNAVAILABLE: the stream of a run ends because its process is shutting down and
+handed the run over: the run goes on (after the restart, or on another
+replica). Re-attach with Attach (metadata `run_id`, and `after_seq`, the last
+seq this stream sent).
 """
 ERROR_REASON_STORE_FAILED: ErrorReason.ValueType  # 50
 """INTERNAL: a chat file could not be made durable; the chat accepts no more

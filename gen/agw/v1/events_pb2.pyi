@@ -123,6 +123,7 @@ class Event(_message.Message):
     RUN_COMPLETE_FIELD_NUMBER: _builtins.int
     RUN_CANCEL_FIELD_NUMBER: _builtins.int
     RUN_ERROR_FIELD_NUMBER: _builtins.int
+    RUN_RESUME_FIELD_NUMBER: _builtins.int
     TASK_START_FIELD_NUMBER: _builtins.int
     TASK_COMPLETE_FIELD_NUMBER: _builtins.int
     TASK_FAIL_FIELD_NUMBER: _builtins.int
@@ -229,6 +230,13 @@ class Event(_message.Message):
     @_builtins.property
     def run_error(self) -> Global___RunError:
         """"run.error": the run failed (terminal)."""
+
+    @_builtins.property
+    def run_resume(self) -> Global___RunResume:
+        """"run.resume": the run goes on after its owner was lost, drained or restarted:
+        the blocks the interrupted step left open were closed just before it, and that
+        step runs again next.
+        """
 
     @_builtins.property
     def task_start(self) -> Global___TaskStart:
@@ -389,6 +397,7 @@ class Event(_message.Message):
         run_complete: Global___RunComplete | None = ...,
         run_cancel: Global___RunCancel | None = ...,
         run_error: Global___RunError | None = ...,
+        run_resume: Global___RunResume | None = ...,
         task_start: Global___TaskStart | None = ...,
         task_complete: Global___TaskComplete | None = ...,
         task_fail: Global___TaskFail | None = ...,
@@ -424,11 +433,11 @@ class Event(_message.Message):
         question_ask: Global___QuestionAsk | None = ...,
         question_answer: Global___QuestionAnswer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -977,6 +986,45 @@ class RunCancel(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunCancel: _TypeAlias = RunCancel  # noqa: Y015
+
+@_typing.final
+class RunResume(_message.Message):
+    """Payload of "run.resume"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Why the run had stopped where it was: "owner_lost" (its process died),
+    "drain" (its process was shutting down and handed it over), "restart" (the
+    service was restarted with the run in flight).
+    """
+    step: _builtins.str
+    """The step that runs again (empty when the run resumes between steps), e.g.
+    "turn 3" or "tool call_8f2a", within "task task_2" for a plan task.
+    """
+    replica: _builtins.str
+    """The replica (process) that resumes the run."""
+    attempt: _builtins.int
+    """How many times the run has been resumed, this one included."""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        step: _builtins.str = ...,
+        replica: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "reason", b"reason", "replica", b"replica", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunResume: _TypeAlias = RunResume  # noqa: Y015
 
 @_typing.final
 class ErrorDetail(_message.Message):

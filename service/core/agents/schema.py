@@ -353,6 +353,14 @@ class AgentFile(_Strict):
     budget: Budget = Field(default_factory=Budget)
     context: ContextConfig = Field(default_factory=ContextConfig)
     loop_detect: LoopDetectConfig = Field(default_factory=LoopDetectConfig, alias="loopDetect")
+    resumable: bool = Field(
+        True,
+        description=(
+            "Whether a run of this agent resumes from its last completed step when the "
+            "process running it stops (it dies, drains or restarts). false: such a run ends "
+            "with run.error OWNER_LOST."
+        ),
+    )
     skills: bool | list[SkillName] = Field(
         False,
         description=(

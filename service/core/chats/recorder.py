@@ -32,6 +32,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +49,10 @@ from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
 from service.core.model import ModelRequest
 from service.core.ports import ChatStore
+from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
 from service.core.run.state import RunState
+from service.core.run.turn import JournaledTurn
 from service.core.values import Record
 
 log = logging.getLogger("agw.store")
@@ -100,6 +103,7 @@ class ChatRecorder:
         first_stage: str,
         *,
         owner: Principal = ANONYMOUS,
+        resumed: bool = False,
     ) -> None:
         self.store = store
         self.run = run
@@ -125,6 +129,9 @@ class ChatRecorder:
         self._writes: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Task[None] | None = None
         self._ended = asyncio.Event()
+        self._skip = 0  # records written before the run resumed: not sent again
+        if resumed:  # see `resume`
+            return
         record: Record = {
             "_type": "query",
             "chatId": run.chat_id,
@@ -140,6 +147,50 @@ class ChatRecorder:
         asyncio.get_running_loop().call_soon(self._send, [record])
         run.observe_turns(self._on_turn)
         run.log.observe(self._on_event)
+
+    @classmethod
+    def resume(
+        cls,
+        store: ChatStore,
+        run: RunState,
+        query: Record,
+        user_message: Record,
+        first_stage: str,
+        *,
+        owner: Principal,
+        journaled: Sequence[Event],
+        turns: Sequence[JournaledTurn],
+        written: int,
+    ) -> ChatRecorder:
+        """The recorder of a resumed run, as it stood when the run stopped.
+
+        It is rebuilt by going through the run once more as it happened: its journaled
+        events in order, each journaled turn where it ended. Of the records that makes,
+        the first `written` steps were written already and are not sent again; the
+        others are (the one held back, or any whose append was lost).
+        """
+        recorder = cls(store, run, query, user_message, first_stage, owner=owner, resumed=True)
+        recorder._skip = written
+        scratch = RunState(EventLog(run.run_id, run.chat_id), run.agent_key, owner=owner)
+        recorder.run = scratch
+        ends = sorted(turns, key=lambda turn: turn.end)  # stable: journal order on ties
+        pending = 0
+        for index in range(len(journaled) + 1):
+            while pending < len(ends) and ends[pending].end == index:
+                turn = ends[pending]
+                recorder._on_turn(turn.request(), turn.result)
+                pending += 1
+            for turn in ends:
+                if turn.start == index and turn.summary is not None:
+                    scratch.context_summary = turn.summary
+            if index < len(journaled):
+                scratch.log.keep(journaled[index])
+                recorder._on_event(journaled[index])
+        recorder.run = run
+        run.context_summary = scratch.context_summary
+        run.observe_turns(recorder._on_turn)
+        run.log.observe(recorder._on_event)
+        return recorder
 
     async def closed(self) -> None:
         """Wait until everything of the run is written and synced."""
@@ -387,9 +438,22 @@ class ChatRecorder:
         return [self.user_message]
 
     def _send(self, records: list[Record]) -> None:
+        if self._skip:
+            kept = [r for r in records if r.get("_type") != "step" or self._new()]
+            if not kept:
+                return
+            records = kept
         task = asyncio.create_task(self._append(records))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+    def _new(self) -> bool:
+        """Whether the step record about to be sent is new: not one written before the run
+        resumed."""
+        if not self._skip:
+            return True
+        self._skip -= 1
+        return False
 
     async def _append(self, records: list[Record]) -> None:
         if self.run.fenced:  # another replica took the run over: write nothing more

@@ -132,11 +132,15 @@ class RunContext:
             agent,
             query,
             self.services,
-            Ids(f"{self.ids.run_id}_{tool_id}"),
+            Ids(f"{self.ids.run_id}_{tool_id}", self._floors()),
             lineage=(*self.lineage, self.agent.key),
         )
         nested.policies.budgets = NestedBudgets(agent.budget, self.policies.budgets)
         return nested
+
+    def _floors(self) -> dict[str, int]:
+        steps = self.run.log.steps
+        return steps.replay.floors if steps is not None and steps.replay is not None else {}
 
     def stage_tools(self, stage: ResolvedStage) -> StageTools:
         """The tools `stage` offers: its configured tools, then its subagents."""

@@ -18,20 +18,30 @@ carry the calling tool's id as `parentToolId`, in the run's one sequence, and
 `close_nested` closes whatever blocks it left open when it ends. Observers (the chat
 recorder, metrics) subscribe with `observe` and see every appended event, in
 order, synchronously — like any reader, but without a position to keep.
+
+A journaled run (service/core/run/journal.py) hands each event to its journal as it
+is appended, and its readers see it once it is durable (`publish`): the log's
+visible mark follows the journal. A resumed run's log starts with the events its
+journal kept, and while the run's mode runs again (`replay`) an event the log
+already holds is not appended twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from time import time_ns
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from service.core import events
+from service.core.errors import RunHandedOver
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
 from service.core.middleware import hooks
+from service.core.run.journal import JournalEntry, Journaling, Lane, Replay, RunSteps, lane_path
 
 Observer = Callable[[Event], None]
+T = TypeVar("T")
 
 #: oneof field → (opens a block, the payload's block id field), for the blocks' starts and ends.
 _BLOCK_ROLES: dict[str, tuple[bool, str]] = {
@@ -50,6 +60,8 @@ class EventLog(Sequence[Event]):
         middlewares: Sequence[object] = (),
         *,
         subject: Any = None,
+        journaling: Journaling | None = None,
+        journaled: Sequence[Event] = (),
     ) -> None:
         self.run_id = run_id
         self.chat_id = chat_id
@@ -57,14 +69,22 @@ class EventLog(Sequence[Event]):
         self.subject = subject
         self.subscribers = 0  # readers following the log right now
         self.on_unwatched: Callable[[EventLog], None] | None = None  # last reader left
-        self._events: list[Event] = []
+        self._events: list[Event] = list(journaled)
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: set[str] = set()  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
+        for event in self._events:
+            self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
         self._finished = asyncio.Event()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
+        # Journaled: each event goes to the journal, and readers see the durable ones only.
+        self.journaling = journaling
+        self._visible: int | None = len(self._events) if journaling is not None else None
+        self.replay: Replay | None = None  # while a resumed run's mode runs again
+        self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
+        self.steps: RunSteps | None = None  # a journaled run's steps
 
     # -- the sequence ------------------------------------------------------------------
 
@@ -122,8 +142,27 @@ class EventLog(Sequence[Event]):
             if kept is None:
                 return event
             event, field = kept
+        if self.replay is not None and self.replay.holds(event, field):
+            return event  # the run resumed: its log has this event already
         log = self._events
         event.seq = len(log) + 1
+        self._track(event, field)
+        log.append(event)
+        for observer in self._observers:
+            observer(event)
+        if field in TERMINALS:
+            self._done = True
+            self._finished.set()
+            self._let_go()
+        if self.journaling is not None:
+            entry = JournalEntry(self.run_id, "event", str(event.seq), event.SerializeToString())
+            self.journaling.submit(entry, self, event.seq)
+        elif self._waiters:
+            self._wake()
+        return event
+
+    def _track(self, event: Event, field: str) -> None:
+        """Keep the open blocks current with `event`."""
         role = _BLOCK_ROLES.get(field)
         if role is not None:
             opens, id_field = role
@@ -132,16 +171,29 @@ class EventLog(Sequence[Event]):
                 self._open[block_id] = event
             else:
                 self._open.pop(block_id, None)
-        log.append(event)
-        for observer in self._observers:
-            observer(event)
-        if field in TERMINALS:
-            self._done = True
-            self._finished.set()
-            self._let_go()
-        if self._waiters:
-            self._wake()
-        return event
+
+    def keep(self, event: Event) -> None:
+        """Append `event` as it was (seq and time), without telling anyone: to rebuild, one
+        event after the other, what a resumed run's recorder saw."""
+        self._track(event, event.WhichOneof("payload") or "")
+        self._events.append(event)
+
+    def publish(self, seq: int) -> None:
+        """The events up to `seq` are durable: show them to the readers."""
+        if self._visible is not None and seq > self._visible:
+            self._visible = seq
+            if self._waiters:
+                self._wake()
+
+    @property
+    def visible(self) -> int:
+        """How many of the events readers may see (all of them, unless journaled)."""
+        return len(self._events) if self._visible is None else self._visible
+
+    @property
+    def open_blocks(self) -> list[Event]:
+        """The start events of the blocks open now, in opening order."""
+        return list(self._open.values())
 
     def _let_go(self) -> None:
         """Once the terminal event is out, nothing more is emitted: drop what refers back to
@@ -151,6 +203,7 @@ class EventLog(Sequence[Event]):
         self._on_event = ()
         self.on_unwatched = None
         self.subject = None
+        self.replay = None
 
     def _apply_middlewares(self, event: Event, field: str) -> tuple[Event, str] | None:
         """Pass `event` through the middlewares; None when it is dropped."""
@@ -207,11 +260,13 @@ class EventLog(Sequence[Event]):
         self.subscribers += 1
         try:
             while True:
-                while index < len(log):
+                while index < (len(log) if self._visible is None else self._visible):
                     index += 1
                     yield log[index - 1]
-                if self._done:
+                if self._done and index >= len(log):
                     return
+                if self.handed_over and index >= len(log):
+                    raise self._moved(index)
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
@@ -231,16 +286,34 @@ class EventLog(Sequence[Event]):
         self.subscribers += 1
         try:
             while True:
-                while index < len(log):
+                while index < (len(log) if self._visible is None else self._visible):
                     index += 1
                     await send(log[index - 1])
-                if self._done:
+                if self._done and index >= len(log):
                     return
+                if self.handed_over and index >= len(log):
+                    raise self._moved(index)
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
         finally:
             self._unsubscribe()
+
+    def hand_over(self) -> None:
+        """The run's process stopped it without an end, to resume elsewhere: its readers get
+        what is left to read, then `RunHandedOver`."""
+        self.handed_over = True
+        if self._waiters:
+            self._wake()
+
+    def _moved(self, after_seq: int) -> RunHandedOver:
+        return RunHandedOver(
+            f"the service is shutting down and handed run {self.run_id} over: it goes on; "
+            f"re-attach (Attach runId {self.run_id}, afterSeq {after_seq}) on another "
+            "instance or once the service is back",
+            run_id=self.run_id,
+            after_seq=str(after_seq),
+        )
 
     def _unsubscribe(self) -> None:
         self.subscribers -= 1
@@ -294,3 +367,36 @@ class Emitter:
     def nested(self, tool_id: str) -> Emitter:
         """An emitter for the nested run that the tool call `tool_id` starts."""
         return Emitter(self.log, "", tool_id)
+
+    # -- steps (service/core/run/journal.py) ---------------------------------------------
+
+    @property
+    def lane(self) -> Lane:
+        """The code this scope's steps run in, one after another: the run's, a task's, a
+        nested run's."""
+        return (self.parent_tool_id, self.task_id)
+
+    def token(self, prefix: str) -> str:
+        """An id for something this scope asks or makes: `prefix` and 8 hex digits, the same
+        ones again when a journaled run resumes and gets here again."""
+        steps = self.log.steps
+        return prefix + secrets.token_hex(4) if steps is None else steps.token(self.lane, prefix)
+
+    async def step(
+        self,
+        kind: str,
+        run: Callable[[], Awaitable[T]],
+        encode: Callable[[T], Any],
+        decode: Callable[[Any], T],
+        *,
+        key: str = "",
+        interrupted: Callable[[], T] | None = None,
+    ) -> T:
+        """`run()` as a step of this scope's lane (a journaled run keeps its result; a resumed
+        one gives it back without running it again). The step's key is `key`, else the
+        next `kind` of the lane ("turn 3")."""
+        steps = self.log.steps
+        if steps is None:
+            return await run()
+        full = lane_path(self.lane) + key if key else steps.key(self.lane, kind)
+        return await steps.run(full, run, encode, decode, interrupted=interrupted)

@@ -42,6 +42,7 @@ from service.core import events
 from service.core.errors import AgwError
 from service.core.run import observation, permissions, questions
 from service.core.run.eventlog import Emitter
+from service.core.run.journal import INTERRUPTED
 from service.core.run.observation import observe_tool
 from service.core.run.results import ToolCall
 from service.core.run.state import RunState
@@ -285,9 +286,41 @@ class ToolExecutor:
     async def _backend(
         self, call: ToolCall, definition: ToolDefinition, arguments: dict[str, Any]
     ) -> Any:
-        handler = self.delegates.get(definition.source) or self.registry.handler(call.name)
+        """Run the backend tool's implementation, as a step of the run: a resumed run is
+        given the call's journaled result; a call it began and did not finish runs again
+        when it may (an idempotent tool, a subagent: its own steps are journaled), and is
+        answered `INTERRUPTED` otherwise."""
+        delegate = self.delegates.get(definition.source)
+        handler = delegate or self.registry.handler(call.name)
         if handler is None:
             raise ToolError(f"backend tool '{call.name}' has no implementation")
+
+        async def run() -> tuple[bool, Any]:
+            try:
+                return True, await self._call(call, definition, arguments, handler)
+            except ToolError as error:
+                return False, str(error)
+
+        may_rerun = definition.idempotent or delegate is not None
+        done, value = await self.out.step(
+            "tool",
+            run,
+            list,
+            lambda data: (bool(data[0]), data[1]),
+            key=f"tool {call.id}",
+            interrupted=None if may_rerun else lambda: (False, INTERRUPTED),
+        )
+        if not done:
+            raise ToolError(value)
+        return value
+
+    async def _call(
+        self,
+        call: ToolCall,
+        definition: ToolDefinition,
+        arguments: dict[str, Any],
+        handler: ToolHandler,
+    ) -> Any:
         timeout = definition.timeout_s or self.registry.default_timeout_s
         info = ToolCallInfo(
             self.out.run_id,

@@ -21,7 +21,7 @@ from service.core.run.context import Outcome, RunContext, RunStopped
 from service.core.run.executor import LOOP_STOPPED, ToolOutcome
 from service.core.run.passes import second_pass, summarize_reasoning
 from service.core.run.results import ToolCall, TurnResult
-from service.core.run.turn import stream_turn
+from service.core.run.turn import stream_turn, turn_step
 from service.core.run.window import ContextWindow
 from service.core.tools.registry import StageTools
 
@@ -120,15 +120,20 @@ class Conversation:
         window = ContextWindow(ctx, self.stage, request.model, request.tools)
         await window.fit(self.messages, self.own_start)
         request.messages = list(self.messages)
-        turn = await stream_turn(
+        turn = await turn_step(
             ctx.run,
             ctx.out,
-            ctx.ids,
-            client,
             request,
-            emit_content=emit_content,
-            emit_reasoning=policies.stream_reasoning,
-            tools=self.tools.by_name,
+            lambda: stream_turn(
+                ctx.run,
+                ctx.out,
+                ctx.ids,
+                client,
+                request,
+                emit_content=emit_content,
+                emit_reasoning=policies.stream_reasoning,
+                tools=self.tools.by_name,
+            ),
         )
         policies.record(turn)
         self.messages.append(assistant_message(turn))

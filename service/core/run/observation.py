@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -31,7 +31,7 @@ from opentelemetry import metrics, trace
 from service.core import events
 from service.core.commands import DebugLevel
 from service.core.masking import mask
-from service.core.model import ModelRequest, Usage
+from service.core.model import ModelRequest, Usage, add_usage
 from service.core.run.eventlog import Emitter
 from service.core.run.state import Pricing, RunState
 
@@ -87,7 +87,7 @@ OUTCOMES = {"run_complete": "completed", "run_error": "failed", "run_cancel": "c
 
 TRUNCATE = 2000  # characters of input/output in debug events below level full
 
-__all__ = ["ModelCallObserver", "Price", "Pricing", "add_usage", "observe_tool"]
+__all__ = ["ModelCallObserver", "Price", "Pricing", "observe_tool"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +108,6 @@ class Price:
         ) / 1_000_000
 
 
-def add_usage(total: Usage | None, more: Usage) -> Usage:
-    if total is None:
-        return more
-    return replace(
-        total,
-        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
-        completion_tokens=total.completion_tokens + more.completion_tokens,
-        total_tokens=total.total_tokens + more.total_tokens,
-        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
-        cached_tokens=total.cached_tokens + more.cached_tokens,
-    )
-
-
 def _clip(text: str, full: bool) -> str:
     return text if full or len(text) <= TRUNCATE else text[:TRUNCATE] + "…"
 
@@ -136,6 +123,7 @@ class ModelCallObserver:
         accounting.model_calls += 1
         self.call_number = accounting.model_calls
         self.call_id = f"{run.run_id}_m_{accounting.model_calls}"
+        self.cost = 0.0  # of the call, once it ended with a priced usage
         self.started = time.monotonic()
         self.attributes = {
             "gen_ai.operation.name": "chat",
@@ -230,6 +218,7 @@ class ModelCallObserver:
         cost = accounting.pricing(self.request.model, usage) if accounting.pricing else None
         if cost is not None:
             accounting.cost += cost
+            self.cost = cost
             self.span.set_attribute("agw.cost", cost)
         elif self.run.debug_level < DebugLevel.BASIC:
             return  # usage.update comes with cost tracking or from debug level basic

@@ -18,7 +18,7 @@ from service.core.model import Reasoning
 from service.core.run.context import RunContext
 from service.core.run.observation import ModelCallObserver
 from service.core.run.results import TurnResult
-from service.core.run.turn import new_msg_id, stream_turn
+from service.core.run.turn import new_msg_id, stream_turn, turn_step
 
 VERIFY_INSTRUCTION = (
     "Check the answer above against the conversation: correct any mistake, fill any gap, "
@@ -38,8 +38,13 @@ async def second_pass(
     check = [*messages, {"role": "user", "content": VERIFY_INSTRUCTION}]
     ctx.policies.budgets.use_model_call()
     client, request = ctx.model_call(stage, check)
-    turn = await stream_turn(
-        ctx.run, ctx.out, ctx.ids, client, request, emit_reasoning=ctx.policies.stream_reasoning
+    turn = await turn_step(
+        ctx.run,
+        ctx.out,
+        request,
+        lambda: stream_turn(
+            ctx.run, ctx.out, ctx.ids, client, request, emit_reasoning=ctx.policies.stream_reasoning
+        ),
     )
     ctx.policies.record(turn)
     return turn
@@ -58,37 +63,45 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
     ]
     client, request = ctx.model_call(stage, messages, reasoning=Reasoning(enabled=False))
     run, out = ctx.run, ctx.out
-    result = TurnResult(msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id)
-    observer = ModelCallObserver(run, out, request)
-    pieces: list[str] = []
-    error: BaseException | None = None
-    try:
-        async with client.stream(request) as deltas:
-            async for delta in deltas:
-                piece = delta.content or delta.reasoning
-                if piece:
-                    if not result.reasoning_id:
-                        result.reasoning_id = ctx.ids.next_reasoning()
-                        out.emit(events.reasoning_start(result.reasoning_id))
-                    pieces.append(piece)
-                    out.emit(events.reasoning_delta(result.reasoning_id, piece))
-                if delta.usage is not None:
-                    result.usage = delta.usage
-                if delta.finish_reason:
-                    result.finish_reason = delta.finish_reason
-        if result.reasoning_id:
-            out.emit(events.reasoning_end(result.reasoning_id))
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        result.reasoning = "".join(pieces)
-        observer.end(
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            first_delta_ms=None,
-            output=result.reasoning,
-            error=error,
+
+    async def stream() -> TurnResult:
+        result = TurnResult(
+            msg_id=new_msg_id(), task_id=out.task_id, parent_tool_id=out.parent_tool_id
         )
-        run.turn_finished(request, result)  # the summary is part of the chat's history
+        observer = ModelCallObserver(run, out, request)
+        pieces: list[str] = []
+        error: BaseException | None = None
+        try:
+            async with client.stream(request) as deltas:
+                async for delta in deltas:
+                    piece = delta.content or delta.reasoning
+                    if piece:
+                        if not result.reasoning_id:
+                            result.reasoning_id = ctx.ids.next_reasoning()
+                            out.emit(events.reasoning_start(result.reasoning_id))
+                        pieces.append(piece)
+                        out.emit(events.reasoning_delta(result.reasoning_id, piece))
+                    if delta.usage is not None:
+                        result.usage = delta.usage
+                    if delta.finish_reason:
+                        result.finish_reason = delta.finish_reason
+            if result.reasoning_id:
+                out.emit(events.reasoning_end(result.reasoning_id))
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            result.reasoning = "".join(pieces)
+            observer.end(
+                finish_reason=result.finish_reason,
+                usage=result.usage,
+                first_delta_ms=None,
+                output=result.reasoning,
+                error=error,
+            )
+            result.cost = observer.cost
+            run.turn_finished(request, result)  # the summary is part of the chat's history
+        return result
+
+    result = await turn_step(run, out, request, stream)
     policies.add_usage(result.usage)

@@ -8,7 +8,6 @@ tool) for `Submit(toolId = that id)`; the payload `true`/`false`,
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from service.core import events
@@ -35,7 +34,7 @@ async def check(out: Emitter, waits: Waits, call: ToolCall, permission: str) -> 
         return
     if permission == "DENY":
         raise ToolError(f"'{call.name}' is not permitted for this agent")
-    permission_id = "perm_" + secrets.token_hex(4)
+    permission_id = out.token("perm_")
     out.emit(
         events.make(
             "permission_ask",

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 from service.core.agents.definition import AgentDefinition
 from service.core.agents.schema import Budget
 from service.core.errors import BudgetExhausted
-from service.core.model import ToolChoice, Usage
-from service.core.run.observation import add_usage
+from service.core.model import ToolChoice, Usage, add_usage
 from service.core.run.results import TurnResult
 
 if TYPE_CHECKING:

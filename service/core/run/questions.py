@@ -14,7 +14,6 @@ reaches the tool as the client submitted it.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +43,7 @@ async def ask(
     allow_free_text: bool = False,
 ) -> Any:
     """The user's answer to `question` (with `options` to choose from, when given)."""
-    question_id = "q_" + secrets.token_hex(4)
+    question_id = out.token("q_")
     typed = [o if isinstance(o, Option) else Option(o) for o in options]
     out.emit(
         events.question_ask(

@@ -7,7 +7,8 @@ see it when the turn ends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from service.core.model import Usage
 from service.core.tools.definitions import ToolKind
@@ -47,3 +48,18 @@ class TurnResult:
     hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
     task_id: str = ""  # the plan task the turn worked for, if any
     parent_tool_id: str = ""  # the subagent call whose nested run made the turn, if any
+    cost: float = 0.0  # of the call, in the price table's currency, when priced
+
+    def to_json(self) -> dict[str, Any]:
+        """The turn as JSON data (a step's result in the run's journal)."""
+        data = asdict(self)
+        data["usage"] = asdict(self.usage) if self.usage is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TurnResult:
+        fields = dict(data)
+        fields["tool_calls"] = [ToolCall(**call) for call in fields.get("tool_calls", [])]
+        usage = fields.get("usage")
+        fields["usage"] = Usage(**usage) if usage is not None else None
+        return cls(**fields)

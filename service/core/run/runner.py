@@ -22,6 +22,7 @@ from service.core import events
 from service.core.errors import AgwError, BudgetExhausted
 from service.core.run import observation
 from service.core.run.context import Mode, RunContext, RunStopped
+from service.core.run.state import HANDOVER
 
 log = logging.getLogger("agw.run")
 
@@ -65,7 +66,8 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
         )
         run.log.finish(events.run_error(error.reason, error.message, error.metadata))
     except asyncio.CancelledError:
-        run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
+        if run.cancel_reason != HANDOVER:  # a run handed over goes on elsewhere
+            run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
         raise
     except RunStopped as stopped:
         finish_reason = stopped.finish_reason

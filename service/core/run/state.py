@@ -9,20 +9,23 @@ chat recorder subscribes there, like any observer).
 from __future__ import annotations
 
 import asyncio
-import traceback
 import time
+import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from service.core.commands import DebugLevel
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
-from service.core.model import ModelRequest, Usage
+from service.core.model import ModelRequest, Usage, add_usage
 from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
 
 #: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
 Pricing = Callable[[str, Usage], float | None]
+
+#: The cancel reason of a run stopped to be resumed elsewhere: it ends with no terminal event.
+HANDOVER = "handover"
 
 #: Sees each finished model turn of a run: the request and what the turn produced.
 TurnObserver = Callable[[ModelRequest, TurnResult], None]
@@ -37,6 +40,13 @@ class Accounting:
     cost: float = 0.0
     currency: str = "USD"
     pricing: Pricing | None = None
+
+    def add_call(self, usage: Usage | None, cost: float) -> None:
+        """Count a model call made before the run resumed (its journaled turn)."""
+        self.model_calls += 1
+        if usage is not None:
+            self.usage = add_usage(self.usage, usage)
+        self.cost += cost
 
 
 class RunState:
@@ -110,6 +120,11 @@ class RunState:
                 task.result()
             except asyncio.CancelledError as cancelled:
                 traceback.clear_frames(cancelled.__traceback__)
+
+    def hand_over(self) -> bool:
+        """Stop the run's task without ending the run: its journal has it, and another
+        process (or this service, restarted) resumes it (see `HANDOVER`)."""
+        return self.cancel(HANDOVER)
 
     def cancel(self, reason: str) -> bool:
         """Ask the run's task to stop; the run ends with `run.cancel` carrying `reason`."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from service.core import events
 from service.core.model import ModelClient, ModelRequest
@@ -34,12 +36,16 @@ def backend_tool_id(name: str, upstream_id: str) -> str:
 
 
 class Ids:
-    """Per-run counters of the block ids `{runId}_r_{n}` (reasoning) and `{runId}_c_{n}`."""
+    """Per-run counters of the block ids `{runId}_r_{n}` (reasoning) and `{runId}_c_{n}`.
 
-    def __init__(self, run_id: str) -> None:
+    A resumed run's counters start after the ids its journaled events used (`floors`:
+    the highest n of each id prefix), so that a step run again opens new blocks.
+    """
+
+    def __init__(self, run_id: str, floors: Mapping[str, int] | None = None) -> None:
         self.run_id = run_id
-        self.reasoning = 0
-        self.content = 0
+        self.reasoning = floors.get(f"{run_id}_r_", 0) if floors else 0
+        self.content = floors.get(f"{run_id}_c_", 0) if floors else 0
 
     def next_reasoning(self) -> str:
         self.reasoning += 1
@@ -195,5 +201,73 @@ async def stream_turn(
             or json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls.values()]),
             error=error,
         )
+        result.cost = observer.cost
         run.turn_finished(request, result)
     return result
+
+
+async def turn_step(
+    run: RunState,
+    out: Emitter,
+    request: ModelRequest,
+    stream: Callable[[], Awaitable[TurnResult]],
+) -> TurnResult:
+    """The model turn `stream()` makes with `request`, as a step of the run
+    (service/core/run/journal.py): a journaled turn is given back, its call counted in the
+    run's usage, and not streamed again."""
+    log = out.log
+    start = len(log)
+    summary = run.context_summary  # made before this turn: its record will carry it
+
+    def encode(turn: TurnResult) -> dict[str, Any]:
+        messages = request.messages
+        system = messages[0].get("content") if messages and messages[0]["role"] == "system" else ""
+        return {
+            "turn": turn.to_json(),
+            "stage": request.stage,
+            "system": system or "",
+            "start": start,
+            "end": len(log),
+            "summary": summary,
+        }
+
+    def decode(data: dict[str, Any]) -> TurnResult:
+        turn = TurnResult.from_json(data["turn"])
+        run.accounting.add_call(turn.usage, turn.cost)
+        return turn
+
+    return await out.step("turn", stream, encode, decode)
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledTurn:
+    """A model turn as a run's journal keeps it (`turn_step`): what the chat recorder of a
+    resumed run is told of it again."""
+
+    result: TurnResult
+    stage: str
+    system: str
+    start: int  # the run's log length when the turn began,
+    end: int  # and when it ended
+    summary: dict[str, str] | None  # a summary of the chat's memory made just before it
+
+    def request(self) -> ModelRequest:
+        """As much of its request as the recorder reads: its stage and system prompt."""
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        return ModelRequest(provider="", model="", messages=messages, stage=self.stage)
+
+
+def journaled_turns(steps: Mapping[str, Any]) -> list[JournaledTurn]:
+    """The model turns among a run's journaled steps, in the order they were journaled."""
+    return [
+        JournaledTurn(
+            TurnResult.from_json(data["turn"]),
+            data["stage"],
+            data["system"],
+            data["start"],
+            data["end"],
+            data.get("summary"),
+        )
+        for data in steps.values()
+        if isinstance(data, dict) and "turn" in data
+    ]

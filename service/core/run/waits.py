@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from service.core.values import RunRef
 
 WaitState = Literal["waiting", "answered", "expired", "closed"]
+ANSWERED, TIMED_OUT = "answered", "timed_out"  # how a wait ended, as its step keeps it
 
 
 #: Told the open waits of a run each time one opens or closes: (run id, its open waits).
@@ -105,21 +106,42 @@ class Waits:
         *,
         kind: WaitKind = "frontend_tool",
     ) -> Any:
-        """Suspend until `tool_id` is answered; its payload (WaitTimedOut on time-out)."""
+        """Suspend until `tool_id` is answered; its payload (WaitTimedOut on time-out).
+
+        The wait is a step of the run (service/core/run/journal.py): a resumed run is given
+        its journaled answer (or time-out) at once.
+        """
         timeout = self.timeout_s if timeout_s is None else timeout_s
+
+        async def waited() -> tuple[str, Any]:
+            try:
+                return ANSWERED, await self._wait(out, tool_id, tool_name, timeout, kind)
+            except WaitTimedOut:
+                return TIMED_OUT, timeout
+
+        outcome, value = await out.step(
+            "wait", waited, list, lambda data: (data[0], data[1]), key=f"wait {tool_id}"
+        )
+        if outcome == TIMED_OUT:
+            raise WaitTimedOut(value)
+        return value
+
+    async def _wait(
+        self, out: Emitter, tool_id: str, tool_name: str, limit_s: float, kind: WaitKind
+    ) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         wait = _Wait(tool_name, kind, out, future)
         self._runs.setdefault(out.run_id, {})[tool_id] = wait
         self._changed(out.run_id)
         started = time.monotonic()
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(limit_s):
                 return await future
         except TimeoutError:
             if future.done() and not future.cancelled():  # answered at the very last moment
                 return future.result()
             wait.state = "expired"
-            raise WaitTimedOut(timeout) from None
+            raise WaitTimedOut(limit_s) from None
         finally:
             if wait.state == "waiting":
                 wait.state = "closed"  # cancelled: the run stopped waiting

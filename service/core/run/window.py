@@ -37,12 +37,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from service.core import events
 from service.core.agents.definition import ResolvedStage
 from service.core.agents.schema import ContextConfig
-from service.core.model import ModelRequest, Reasoning
+from service.core.model import ModelRequest, Reasoning, Usage
 from service.core.run.context import RunContext
 from service.core.run.eventlog import Emitter
 from service.core.run.observation import ModelCallObserver
@@ -268,14 +269,30 @@ class ContextWindow:
             reasoning=Reasoning(False),
         )
         request.stage = SUMMARY_STAGE
-        return await _collect(ctx, client, request)
+        run = ctx.run
+
+        def decode(data: dict[str, Any]) -> str:  # a journaled summary: its call counted
+            usage = data.get("usage")
+            run.accounting.add_call(Usage(**usage) if usage else None, data.get("cost", 0.0))
+            return str(data["text"])
+
+        collected: dict[str, Any] = {}
+        return await ctx.out.step(
+            "context summary",
+            lambda: _collect(ctx, client, request, collected),
+            lambda text: {"text": text, **collected},
+            decode,
+        )
 
     def _emit(self, strategy: str, count: int, after: int, before: int, now: list[Message]) -> None:
         self.ctx.out.emit(events.context_compress(strategy, count, after, before, self.size(now)))
 
 
-async def _collect(ctx: RunContext, client: Any, request: ModelRequest) -> str:
-    """Run the summary call to its end, silently; its summary (the tool's argument or text)."""
+async def _collect(
+    ctx: RunContext, client: Any, request: ModelRequest, spent: dict[str, Any]
+) -> str:
+    """Run the summary call to its end, silently; its summary (the tool's argument or text).
+    What the call used goes into `spent` (`usage`, `cost`)."""
     observer = ModelCallObserver(ctx.run, ctx.out, request)
     arguments: list[str] = []
     content: list[str] = []
@@ -300,6 +317,7 @@ async def _collect(ctx: RunContext, client: Any, request: ModelRequest) -> str:
             output="".join(arguments) or "".join(content),
             error=error,
         )
+        spent.update(usage=asdict(usage) if usage is not None else None, cost=observer.cost)
     return _summary_text("".join(arguments), "".join(content))
 
 

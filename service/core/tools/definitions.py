@@ -14,7 +14,10 @@ One entry: `name` (letters, digits, `_`, `-`), `description` (sent to the model)
 `toolApi` and `toolParams`, and `timeoutMs` (backend tools: how long a call may
 take) and `cacheable` (backend tools: an identical call within a run may be answered
 with the earlier result, marked `cached`, instead of running again — declare it only
-for tools without side effects whose result does not change within a run). A frontend
+for tools without side effects whose result does not change within a run), and
+`idempotent` (backend tools: running a call twice does no harm — a run that resumes
+after its process stopped during the call runs it again; otherwise the call is answered
+with an "interrupted" error the model sees; a cacheable tool is idempotent). A frontend
 tool's `toolApi` and `toolParams` are passed to the client in `tool.start`; a backend
 tool's configure the HTTP call that runs it (see service/toolsources/http.py) and stay
 in the service. A frontend tool may also have `answerSchema` (the JSON Schema of the
@@ -94,6 +97,8 @@ class ToolDefinition:
     tool_params: Mapping[str, Any] | None = None
     timeout_s: float | None = None
     cacheable: bool = False  # an identical call within a run may reuse the earlier result
+    # Running a call twice does no harm: a resumed run runs a call it had begun again.
+    idempotent: bool = False
     answer_schema: Mapping[str, Any] | None = None  # frontend: JSON Schema of the answer
     view_html: str = ""  # frontend: the HTML document of its view
     source: str = "built-in"  # the file that defines it
@@ -146,6 +151,7 @@ class _Entry(BaseModel):
         None, gt=0, validation_alias=AliasChoices("timeoutMs", "timeout_ms")
     )
     cacheable: bool = False
+    idempotent: bool = False
     answer_schema: dict[str, Any] | None = Field(
         None, validation_alias=AliasChoices("answerSchema", "answer_schema")
     )
@@ -212,6 +218,8 @@ def parse_tool_text(
             issues.append(f"{where}.timeoutMs: only backend tools have a time-out")
         if kind[0] != "backend" and entry.cacheable:
             issues.append(f"{where}.cacheable: only backend tools may be cached")
+        if kind[0] != "backend" and entry.idempotent:
+            issues.append(f"{where}.idempotent: only backend tools run again when a run resumes")
         if kind[0] != "frontend" and (entry.view or entry.answer_schema is not None):
             issues.append(f"{where}: only frontend tools have a view or an answerSchema")
         if entry.answer_schema is not None and not isinstance(entry.answer_schema.get("type"), str):
@@ -234,6 +242,7 @@ def parse_tool_text(
                 tool_params=entry.tool_params,
                 timeout_s=entry.timeout_ms / 1000 if entry.timeout_ms else None,
                 cacheable=entry.cacheable,
+                idempotent=entry.idempotent or entry.cacheable,
                 answer_schema=entry.answer_schema,
                 view_html=view_html,
                 source=source or "text",

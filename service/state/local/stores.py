@@ -8,12 +8,16 @@ exactly what was appended.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Sequence
+
+from agw.v1 import events_pb2 as pb
 
 from service.core.errors import ChatNotFound
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
+from service.core.run.journal import JournaledRun, JournalEntry
 from service.core.values import ChatSummary, Record, StoredUpload
 from service.state.summaries import page_of, summarize
 
@@ -94,6 +98,59 @@ class LocalUploadStore:
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
         return self._uploads.get(upload_id)
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalRunJournal:
+    """The journals of the runs in flight, in memory: they outlive a run's task, not the
+    process (enough for a front door that resumes another's runs in the same process)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, JournaledRun] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def write(self, entries: Sequence[JournalEntry]) -> None:
+        for entry in entries:
+            if entry.kind == "begin":
+                record = json.loads(entry.data)
+                self._runs[entry.run_id] = JournaledRun(entry.run_id, entry.key, record)
+                continue
+            run = self._runs.get(entry.run_id)
+            if run is None:
+                continue
+            if entry.kind == "event":
+                run.events.append(pb.Event.FromString(entry.data))
+            elif entry.kind == "start":
+                if entry.key not in run.steps:
+                    run.started.add(entry.key)
+            elif entry.kind == "step":
+                run.started.discard(entry.key)
+                run.steps[entry.key] = json.loads(entry.data)
+            elif entry.kind == "resume":
+                run.attempts = int(entry.key)
+            elif entry.kind == "end":
+                del self._runs[entry.run_id]
+
+    async def unfinished(self) -> list[str]:
+        return list(self._runs)
+
+    async def load(self, run_id: str) -> JournaledRun | None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return None
+        return JournaledRun(
+            run.run_id,
+            run.chat_id,
+            dict(run.record),
+            dict(run.steps),
+            set(run.started),
+            list(run.events),
+            run.attempts,
+        )
 
     async def close(self) -> None:
         return None

@@ -138,6 +138,7 @@ class McpServer:
                     description=tool.description or tool.title or tool.name,
                     parameters=schema,
                     timeout_s=self.options.timeout_s,
+                    idempotent=_idempotent(tool),
                     source=self.name,
                     origin=self._origin,
                 )
@@ -166,3 +167,13 @@ def _with_server_icon(origin: ToolOrigin, info: Any) -> ToolOrigin:
         if src.startswith(("https://", "http://")) and len(src) <= 2048:
             return ToolOrigin(origin.source_id, origin.title, origin.url, src)
     return origin
+
+
+def _idempotent(tool: Any) -> bool:
+    """What the server's annotations say: a read-only tool, or one declared idempotent (MCP
+    `readOnlyHint`, `idempotentHint`), may run again when a run resumes after its process
+    stopped during a call."""
+    hints = getattr(tool, "annotations", None)
+    if hints is None:
+        return False
+    return bool(getattr(hints, "readOnlyHint", False) or getattr(hints, "idempotentHint", False))

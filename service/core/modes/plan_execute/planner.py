@@ -18,8 +18,6 @@ improvements: its tasks are added to the same plan, announced with `plan.revise`
 
 from __future__ import annotations
 
-import secrets
-
 from service.core import events
 from service.core.errors import PlanFailed
 from service.core.run.context import RunContext
@@ -61,7 +59,7 @@ class Planner:
             ctx, ctx.agent.stage("plan"), tools=StageTools.of((), [PLAN_ADD_TASKS])
         )
         self.conversation.messages[0]["content"] += capabilities(executing.ordinary)
-        self.plan = Plan()
+        self.plan = Plan(ctx.out.token("p_"))
 
     async def first(self) -> Plan:
         """The plan, announced with `plan.create`; `PlanFailed` when the model records none."""
@@ -150,7 +148,7 @@ async def approve(ctx: RunContext, plan: Plan) -> bool:
     The payload `true`/`false`, `{"approved": bool}` or a word ("yes", "approve", "no")
     decides; no answer in time is a rejection.
     """
-    approval_id = "appr_" + secrets.token_hex(4)
+    approval_id = ctx.out.token("appr_")
     waits = ctx.services.waits
     ctx.out.emit(
         events.make(

@@ -1,0 +1,167 @@
+"""The file `RunJournal`: the journals of the runs in flight, in one SQLite database.
+
+`{dir}/journal.sqlite3` holds, per run begun and not yet kept, what it started
+with, its events and its steps' results (service/core/run/journal.py). Each
+batch of entries is one transaction; the database is in WAL mode with
+`synchronous=NORMAL`, so a killed process loses nothing that was committed (a
+power cut may lose the last batches, as the page cache would). When a run is
+kept (its log in the run log), its entries are deleted.
+
+One thread of its own runs every statement, so the event loop never waits for
+the disk and batches never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from agw.v1 import events_pb2 as pb
+
+from service.core.run.journal import JournaledRun, JournalEntry
+
+T = TypeVar("T")
+
+DATABASE = "journal.sqlite3"
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS journal_runs ("
+    " run_id TEXT PRIMARY KEY, chat_id TEXT NOT NULL, record TEXT NOT NULL,"
+    " attempts INTEGER NOT NULL DEFAULT 0, begun INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS journal_events ("
+    " run_id TEXT NOT NULL, seq INTEGER NOT NULL, event BLOB NOT NULL,"
+    " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS journal_steps ("
+    " run_id TEXT NOT NULL, key TEXT NOT NULL, position INTEGER NOT NULL, result TEXT,"
+    " PRIMARY KEY (run_id, key)) WITHOUT ROWID",
+)
+
+
+class FileRunJournal:
+    """Keeps the journals of the runs in flight in `{directory}/journal.sqlite3`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._db: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-journal")
+        self._position = 0  # orders the steps of a run as they were journaled
+
+    @property
+    def path(self) -> Path:
+        return self.directory / DATABASE
+
+    async def _run(self, func: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
+
+    async def open(self) -> None:
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA busy_timeout = 5000")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            for statement in SCHEMA:
+                db.execute(statement)
+            row = db.execute("SELECT COALESCE(MAX(position), 0) FROM journal_steps").fetchone()
+        except sqlite3.Error as error:
+            db.close()
+            raise OSError(f"{self.path}: not a usable run journal ({error})") from error
+        self._position = int(row[0])
+        self._db = db
+
+    async def write(self, entries: Sequence[JournalEntry]) -> None:
+        await self._run(self._write, list(entries))
+
+    def _write(self, entries: list[JournalEntry]) -> None:
+        db = self._database()
+        db.execute("BEGIN")
+        try:
+            for entry in entries:
+                self._apply(db, entry)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _apply(self, db: sqlite3.Connection, entry: JournalEntry) -> None:
+        run_id = entry.run_id
+        if entry.kind == "event":
+            db.execute(
+                "INSERT OR REPLACE INTO journal_events VALUES (?, ?, ?)",
+                (run_id, int(entry.key), entry.data),
+            )
+        elif entry.kind in ("start", "step"):
+            self._position += 1
+            if entry.kind == "start":
+                db.execute(
+                    "INSERT OR IGNORE INTO journal_steps VALUES (?, ?, ?, NULL)",
+                    (run_id, entry.key, self._position),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO journal_steps VALUES (?, ?, ?, ?) ON CONFLICT (run_id, key)"
+                    " DO UPDATE SET result = excluded.result",
+                    (run_id, entry.key, self._position, entry.data.decode()),
+                )
+        elif entry.kind == "begin":
+            db.execute(
+                "INSERT OR REPLACE INTO journal_runs VALUES (?, ?, ?, 0,"
+                " (SELECT COALESCE(MAX(begun), 0) + 1 FROM journal_runs))",
+                (run_id, entry.key, entry.data.decode()),
+            )
+        elif entry.kind == "resume":
+            db.execute(
+                "UPDATE journal_runs SET attempts = ? WHERE run_id = ?", (int(entry.key), run_id)
+            )
+        elif entry.kind == "end":
+            for table in ("journal_runs", "journal_events", "journal_steps"):
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+
+    async def unfinished(self) -> list[str]:
+        return await self._run(self._unfinished)
+
+    def _unfinished(self) -> list[str]:
+        rows = self._database().execute("SELECT run_id FROM journal_runs ORDER BY begun")
+        return [str(run_id) for (run_id,) in rows]
+
+    async def load(self, run_id: str) -> JournaledRun | None:
+        return await self._run(self._load, run_id)
+
+    def _load(self, run_id: str) -> JournaledRun | None:
+        db = self._database()
+        row = db.execute(
+            "SELECT chat_id, record, attempts FROM journal_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        journaled = JournaledRun(run_id, row[0], json.loads(row[1]), attempts=int(row[2]))
+        for (data,) in db.execute(
+            "SELECT event FROM journal_events WHERE run_id = ? ORDER BY seq", (run_id,)
+        ):
+            journaled.events.append(pb.Event.FromString(data))
+        for key, result in db.execute(
+            "SELECT key, result FROM journal_steps WHERE run_id = ? ORDER BY position", (run_id,)
+        ):
+            if result is None:
+                journaled.started.add(key)
+            else:
+                journaled.steps[key] = json.loads(result)
+        return journaled
+
+    def _database(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the run journal is not open")
+        return self._db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._run(self._db.close)
+            self._db = None
+        self._thread.shutdown(wait=True)
