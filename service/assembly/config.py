@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     chat_store: Literal["jsonl", "memory", "postgres"] = "jsonl"
     run_log: Literal["files", "memory", "postgres"] = "files"
     postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
-    postgres_timeout_s: float = Field(default=10.0, gt=0)  # connecting, and each statement
+    postgres_timeout_s: float = Field(default=10.0, gt=0)  # one call, connecting included
     run_bus: Literal["local", "redis"] = "local"
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
