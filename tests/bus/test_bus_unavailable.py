@@ -20,7 +20,7 @@ from agw.v1 import gateway_pb2 as gw
 
 from service.providers.loopback import LoopbackProvider
 from service.testing import RedisServer, redis_binary
-from tests.bus.conftest import rest, started, until
+from tests.bus.conftest import Replica, rest, started, until
 from tests.bus.test_replicas import ANSWER, HEAD, gated
 from tests.core.tools.kit import answer_turn, kinds
 from tests.transport.test_query import error_info
@@ -55,6 +55,18 @@ def assert_bus_unavailable(error: grpc.aio.AioRpcError) -> None:
     assert "run bus (Redis) is unreachable" in error.details()
 
 
+async def followed(a: Replica, b: Replica, message: str) -> tuple[Any, ...]:
+    """A run streaming on A (held after its first delta), followed on B through Redis: its
+    call, the events A sent so far, its first delta, B's call and the events B sent."""
+    call = a.query("plain", message)
+    on_a: list[Any] = []
+    delta = await until(call, "content.delta", on_a)
+    following = b.stub.Attach(gw.AttachRequest(run_id=delta.run_id))
+    on_b: list[Any] = []
+    await until(following, "content.delta", on_b)
+    return call, on_a, delta, following, on_b
+
+
 @pytest.mark.parametrize("outage", ["frozen", "restarted empty"])
 async def test_an_unreachable_redis_refuses_calls_promptly_and_runs_end_once(
     tmp_path: Path, provider: LoopbackProvider, own_redis: RedisServer, outage: str
@@ -71,12 +83,7 @@ async def test_an_unreachable_redis_refuses_calls_promptly_and_runs_end_once(
         reply_timeout_s=REPLY_TIMEOUT_S,
     ) as replicas:
         a, b = replicas["A"], replicas["B"]
-        call = a.query("plain", "go")
-        on_a: list[Any] = []
-        delta = await until(call, "content.delta", on_a)
-        following = b.stub.Attach(gw.AttachRequest(run_id=delta.run_id))
-        on_b: list[Any] = []
-        await until(following, "content.delta", on_b)  # B follows the run through Redis
+        call, on_a, delta, following, on_b = await followed(a, b, "go")
 
         if outage == "frozen":  # no answer at all: the calls time out
             signal_redis(own_redis, signal.SIGSTOP)
@@ -178,12 +185,7 @@ async def test_a_run_nobody_re_asserts_after_redis_restarted_empty_ends_for_its_
         tmp_path, provider, own_redis.url, ("A", "B"), lease_ttl_s=lease_s, reply_timeout_s=1.0
     ) as replicas:
         a, b = replicas["A"], replicas["B"]
-        call = a.query("plain", "first")
-        on_a: list[Any] = []
-        delta = await until(call, "content.delta", on_a)
-        following = b.stub.Attach(gw.AttachRequest(run_id=delta.run_id))
-        on_b: list[Any] = []
-        await until(following, "content.delta", on_b)
+        call, on_a, _delta, following, on_b = await followed(a, b, "first")
         a.bus.suspend()  # its owner writes nothing to Redis any more (as if it hung)
         own_redis.stop(signal.SIGKILL)
         try:
@@ -210,12 +212,7 @@ async def test_a_run_whose_keys_redis_dropped_is_re_asserted_by_its_owner(
     provider.enqueue(script)
     async with started(tmp_path, provider, own_redis.url, ("A", "B"), lease_ttl_s=8.0) as replicas:
         a, b = replicas["A"], replicas["B"]
-        call = a.query("plain", "first")
-        on_a: list[Any] = []
-        delta = await until(call, "content.delta", on_a)
-        following = b.stub.Attach(gw.AttachRequest(run_id=delta.run_id))
-        on_b: list[Any] = []
-        await until(following, "content.delta", on_b)
+        call, on_a, delta, following, on_b = await followed(a, b, "first")
         keys = a.bus.keys  # dropped one by one (as by an eviction): the epoch stays
         dropped = [keys.meta(delta.run_id), keys.events(delta.run_id), keys.lease(delta.run_id)]
         dropped.append(keys.claim(delta.chat_id))

@@ -130,22 +130,10 @@ class Epoch:
             for o in owned:
                 run = o.run
                 await self._reassert(  # queued in the pipeline, which loads the script
-                    keys=[
-                        keys.epoch,
-                        keys.claim(run.chat_id),
-                        keys.meta(run.run_id),
-                        keys.lease(run.run_id),
-                        keys.active,
-                    ],
+                    keys=[*keys.claiming(run.run_id, run.chat_id), keys.epoch],
                     args=[
+                        *link.claim_argv(run),
                         epoch,
-                        run.run_id,
-                        run.chat_id,
-                        run.owner.tenant,
-                        run.owner.subject,
-                        link.replica_id,
-                        link.lease_ms,
-                        run.agent_key,
                         o.fence,
                         waits_json(self._waits.open_waits(run.run_id)),
                     ],

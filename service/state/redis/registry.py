@@ -102,24 +102,15 @@ class Registry:
 
     async def _claim(self, run: RunState, new_chat: bool) -> tuple[str, str]:
         """The `REGISTER` script's answer for `run`: (status, value)."""
-        keys, link = self._link.keys, self._link
+        link = self._link
         answer = await self._register(
             keys=[
-                keys.claim(run.chat_id),
-                keys.meta(run.run_id),
-                keys.lease(run.run_id),
-                keys.active,
-                keys.epoch,
-                keys.reclaiming,
+                *link.keys.claiming(run.run_id, run.chat_id),
+                link.keys.epoch,
+                link.keys.reclaiming,
             ],
             args=[
-                run.run_id,
-                run.chat_id,
-                run.owner.tenant,
-                run.owner.subject,
-                link.replica_id,
-                link.lease_ms,
-                run.agent_key,
+                *link.claim_argv(run),
                 self._epoch.token,
                 self._epoch.new_token(),
                 "0" if new_chat else "1",

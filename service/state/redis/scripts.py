@@ -81,6 +81,10 @@ class Keys:
         exists while the request may still be applied."""
         return f"{self.prefix}reply:{uuid.uuid4().hex}"
 
+    def claiming(self, run_id: str, chat_id: str) -> list[str]:
+        """The first keys of `REGISTER` and `REASSERT`, in order: those of a run's claim."""
+        return [self.claim(chat_id), self.meta(run_id), self.lease(run_id), self.active]
+
     def appending(self, run_id: str, chat_id: str) -> list[str]:
         """The keys of `APPEND`, in order."""
         return [
@@ -136,23 +140,23 @@ return {'ok', ''}
 """
 )
 
-#: Re-asserts a run of the replica in Redis's epoch ARGV[1] after Redis lost its data: its
+#: Re-asserts a run of the replica in Redis's epoch ARGV[8] after Redis lost its data: its
 #: chat's claim, its meta (status running, its fence, its waits) and its lease, unless Redis
 #: has the run. Answers 1 (the run is Redis's again), 0 (another run claimed the chat
 #: meanwhile: the replica lost it) or -1 (the epoch changed again: start over).
-#: KEYS: epoch, claim, meta, lease, active set; ARGV: epoch, run, chat, tenant, subject,
-#: replica, lease ms, agent, fence, waits
+#: KEYS: claim, meta, lease, active set, epoch; ARGV: run, chat, tenant, subject, replica,
+#: lease ms, agent, epoch, fence, waits
 REASSERT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
-local active = redis.call('GET', KEYS[2])
-if active and active ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'chat', ARGV[3], 'tenant', ARGV[4], 'subject', ARGV[5],
-  'replica', ARGV[6], 'status', 'running', 'fence', ARGV[9], 'agent', ARGV[8],
+if redis.call('GET', KEYS[5]) ~= ARGV[8] then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
+local active = redis.call('GET', KEYS[1])
+if active and active ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
+  'replica', ARGV[5], 'status', 'running', 'fence', ARGV[9], 'agent', ARGV[7],
   'waits', ARGV[10])
-redis.call('SET', KEYS[4], ARGV[6] .. ':' .. ARGV[9], 'PX', ARGV[7])
-redis.call('SADD', KEYS[5], ARGV[2])
+redis.call('SET', KEYS[3], ARGV[5] .. ':' .. ARGV[9], 'PX', ARGV[6])
+redis.call('SADD', KEYS[4], ARGV[1])
 return 1
 """
 
