@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     chat_store: Literal["jsonl", "memory", "postgres"] = "jsonl"
     run_log: Literal["files", "memory", "postgres"] = "files"
     postgres_dsn: SecretStr = SecretStr("")  # for the `postgres` backends: postgresql://...
-    postgres_timeout_s: float = Field(default=10.0, gt=0)  # connecting, and each statement
+    postgres_timeout_s: float = Field(default=10.0, gt=0)  # one call, connecting included
     run_bus: Literal["local", "redis"] = "local"
     # Where the runs in flight are journaled, so that they outlive their process
     # (service/core/run/journal.py): `files` (a SQLite file in runs_dir, the default),

@@ -180,7 +180,7 @@ class ProviderNotConfigured(AgwError):
 
 
 class StoreFailed(AgwError):
-    """A chat file could not be made durable; it accepts no more appends."""
+    """Stored state (a chat, a run log, an upload) could not be written or read."""
 
     reason = "STORE_FAILED"
 

@@ -151,7 +151,7 @@ class RunLifecycle:
                 await self._wait_for_chat(chat_id, command.strategy)
                 prepared = await self._prepare(command, agent, chat_id, provider)
                 run = prepared.run
-                clash = await self.bus.register(run)
+                clash = await self.bus.register(run, new_chat=prepared.new_chat)
                 if clash is None:
                     break
                 # another process started a run on the chat in the meantime

@@ -108,11 +108,14 @@ class RunBus(Protocol):
         """Disconnect, after the last run."""
         ...
 
-    async def register(self, run: RunState) -> RunRef | None:
+    async def register(self, run: RunState, *, new_chat: bool = False) -> RunRef | None:
         """Make `run` live and the active run of its chat; None when done.
 
         When the chat already has an active run, nothing is registered and that
-        run is returned instead.
+        run is returned instead. `new_chat`: the chat has no records yet, so no run
+        can be active on it that the bus lost track of (a distributed bus that lost
+        its data waits for owners to re-assert their runs before claiming a chat
+        that has records).
         """
         ...
 

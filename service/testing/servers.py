@@ -4,6 +4,8 @@
         dsn = pg.create_database("t1")           # postgresql://postgres@127.0.0.1:<port>/t1
     with RedisServer.start() as redis:
         url = redis.url                          # redis://127.0.0.1:<port>/0
+        with redis.frozen():                     # SIGSTOP (its processes too) until the block ends
+            ...
 
 Each server lives in its own temporary directory (data, unix socket, log), listens
 on 127.0.0.1 only, keeps nothing durable (PostgreSQL with fsync off; Redis with no
@@ -30,7 +32,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -164,6 +166,22 @@ class _Process:
                 process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server stopped (`SIGSTOP`) with every process it started, continued on exit:
+        connections stay open and nothing answers, as with a hung host (failure drills)."""
+        if self.process is None:
+            raise ServerUnavailable(f"{self.name} is not running")
+        stopped = _process_tree(self.process.pid)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def __enter__(self) -> Self:
         return self
 
@@ -174,6 +192,24 @@ class _Process:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _process_tree(root: int) -> list[int]:
+    """`root` and its descendants (from /proc), parents first."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    tree, index = [root], 0
+    while index < len(tree):
+        tree += [child for child, parent in parents.items() if parent == tree[index]]
+        index += 1
+    return tree
 
 
 Server = TypeVar("Server", bound=_Process)

@@ -75,7 +75,7 @@ async def two_buses(redis_url: str) -> AsyncIterator[tuple[RedisRunBus, RedisRun
 
 async def new_run(owner: RedisRunBus) -> RunState:
     run = RunState(EventLog(secrets.token_hex(8), "chat-1"), "test")
-    assert await owner.register(run) is None
+    assert await owner.register(run, new_chat=True) is None
     run.log.emit(events.run_start("test"))
     run.log.emit(events.content_start("c1"))
     return run

@@ -242,3 +242,37 @@ async def test_a_database_that_stops_answering_is_a_prompt_store_failure(
         assert took < 3.0
         chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
         assert chat.chat_name == "hello"  # served again
+
+
+async def test_a_frozen_server_fails_each_call_within_the_timeout_and_serving_resumes(
+    agents_dir: Path, provider: LoopbackProvider, postgres_dsn: str, postgres_server: PostgresServer
+) -> None:
+    timeout_s = 1.0
+    settings = on_postgres(postgres_dsn, postgres_timeout_s=timeout_s)
+    async with Harness.start(agents_dir, provider, **settings) as gateway:
+        provider.enqueue(answer("hi"))
+        events = await gateway.query("plain", "hello")
+        chat_id = events[0].chat_id
+        await gateway.app.frontdoor.flush()
+        calls = {  # reading a chat, the chats; writing an upload; a query (it reads its chat)
+            "GetChat": lambda: gateway.stub.GetChat(gw.GetChatRequest(chat_id=chat_id)),
+            "ListChats": lambda: gateway.stub.ListChats(gw.ListChatsRequest()),
+            "Upload": lambda: gateway.stub.Upload(gw.UploadRequest(name="a.txt", content=b"a")),
+            "Query": lambda: gateway.query("plain", "again", chat_id=chat_id),
+        }
+        took: dict[str, float] = {}
+        with postgres_server.frozen():  # the server and every backend: nothing answers
+            for name, call in calls.items():
+                began = time.monotonic()
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call()
+                took[name] = time.monotonic() - began
+                assert caught.value.code() == grpc.StatusCode.INTERNAL, name
+                assert error_info(caught.value).reason == "STORE_FAILED", name
+                assert "no answer in time" in caught.value.details(), name
+        assert all(timeout_s * 0.9 < t < timeout_s + 0.4 for t in took.values()), took
+        chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id=chat_id))
+        assert chat.chat_name == "hello"  # served again
+        provider.enqueue(answer("back"))
+        again = await gateway.query("plain", "again", chat_id=chat_id)
+        assert again[-1].type == "run.complete"

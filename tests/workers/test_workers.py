@@ -141,6 +141,10 @@ async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
         await until(following, "content.delta", followed)
         os.kill(pid, signal.SIGKILL)
         followed += await rest(following)
+        with pytest.raises(grpc.aio.AioRpcError) as cut:  # the dead worker's own client ...
+            seen += await rest(call)
+        reattach = gw.AttachRequest(run_id=delta.run_id, after_seq=seen[-1].seq)
+        reattached = await rest(stub(on_1).Attach(reattach, metadata=auth()))  # ... elsewhere
         restarted = await service.wait_log(rf"worker 0 started \(pid (\d+), replica {BASE}-0\.1\)")
         await service.wait_log(rf"worker 0 \(pid {restarted.group(1)}\) listening")
         query = gw.QueryRequest(agent_key="plain", message="ping")
@@ -155,6 +159,11 @@ async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
     assert kinds(followed) == [*HEAD, "content.start", "content.delta", "content.end", "run.error"]
     assert followed[-1].run_error.error.reason == "OWNER_LOST"
     assert dict(followed[-1].run_error.error.metadata) == {"replica": f"{BASE}-0"}
+    # The killed worker's client: its stream cut, UNAVAILABLE, no reason (no worker was left
+    # to give one); re-attached on the other worker, it gets the rest, the terminal event once.
+    assert cut.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert not [key for key, _ in cut.value.trailing_metadata() or () if key.endswith("-bin")]
+    assert seen == followed[: len(seen)] and reattached == followed[len(seen) :]
     assert kinds(served) == [*HEAD, *ANSWER]
 
 

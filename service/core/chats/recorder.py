@@ -21,6 +21,10 @@ another task's, the run's steps are recorded with positions instead: `_order`
 gives the position in the run's history of each event the step's messages
 replay as, and each kept event carries its `_pos`.
 
+A record the store could not keep (a full disk, a database gone) is logged as an
+error and, while the run is live, ends it with `run.error` STORE_FAILED: its
+client learns that the chat's history misses part of the run. Nothing is retried.
+
 A nested run (a subagent called as a tool) is not part of the chat's
 conversation: its turns write no step, and its events (snapshot form, with
 their `parentToolId`) are kept in `_events` of the step that called it.
@@ -45,6 +49,7 @@ from service.core.chats.history import (
     message_events,
     snapshot_form,
 )
+from service.core.errors import StoreFailed
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
 from service.core.model import ModelRequest
@@ -460,8 +465,27 @@ class ChatRecorder:
             return
         try:
             await self.store.append(self.run.chat_id, records)
-        except Exception:
-            log.exception("could not record run %s in chat %s", self.run.run_id, self.run.chat_id)
+        except Exception as error:
+            self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        """A record could not be stored (the store kept none of it): say so, and end the
+        run with `run.error` STORE_FAILED while it is live — its chat's history misses what
+        could not be written, which its client must know."""
+        run = self.run
+        if isinstance(error, StoreFailed):
+            failure = error
+        else:  # a bug, or a store's unforeseen failure
+            log.error("could not record run %s in chat %s", run.run_id, run.chat_id, exc_info=error)
+            failure = StoreFailed(f"could not record the run in chat {run.chat_id!r}")
+        live = run.fail(failure)
+        log.error(
+            "run %s: could not record it in chat %s (%s)%s",
+            run.run_id,
+            run.chat_id,
+            failure.message,
+            "; ending the run with STORE_FAILED" if live else "",
+        )
 
     async def _close(self) -> None:
         await asyncio.gather(*self._writes)

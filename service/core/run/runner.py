@@ -7,8 +7,9 @@ executor) and starts `execute` as the run's task.
 The runner owns the run's lifecycle. Whatever the mode does, the run ends with
 exactly one terminal event: `run.complete` when the mode returns (or raises
 `RunStopped`: the user ended the run, e.g. at a doom loop), `run.error`
-for a failure (with the failure's stable reason), `run.cancel` when the run's
-task is cancelled — and `CancelledError` is re-raised, never swallowed.
+for a failure (with the failure's stable reason; also one met outside the task,
+`RunState.fail`, which stops the task), `run.cancel` when the run's task is
+cancelled — and `CancelledError` is re-raised, never swallowed.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
         )
         run.log.finish(events.run_error(error.reason, error.message, error.metadata))
     except asyncio.CancelledError:
-        if run.cancel_reason != HANDOVER:  # a run handed over goes on elsewhere
+        failure = run.failure
+        if failure is not None:  # failed from outside the task (see `RunState.fail`)
+            run.log.finish(events.run_error(failure.reason, failure.message, failure.metadata))
+        elif run.cancel_reason != HANDOVER:  # a run handed over goes on elsewhere
             run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
         raise
     except RunStopped as stopped:

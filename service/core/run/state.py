@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from service.core.commands import DebugLevel
+from service.core.errors import AgwError
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
 from service.core.model import ModelRequest, Usage, add_usage
@@ -68,6 +69,7 @@ class RunState:
         self.accounting = accounting if accounting is not None else Accounting()
         self.task: asyncio.Task[None] | None = None
         self.cancel_reason = ""
+        self.failure: AgwError | None = None  # why the run is being failed from outside
         # Set when another replica declared this process lost and took the run over: the
         # run is cancelled here and nothing more of it is written (chat records, run log).
         self.fenced = False
@@ -133,6 +135,16 @@ class RunState:
         if not self.cancel_reason:
             self.cancel_reason = reason
         self.task.cancel(reason)
+        return True
+
+    def fail(self, error: AgwError) -> bool:
+        """Stop the run's task for a failure met outside it (its records could not be
+        stored): the run ends with `run.error` of `error` instead of `run.cancel`."""
+        if self.done or self.task is None or self.task.done() or self.cancel_reason:
+            return False
+        if self.failure is None:
+            self.failure = error
+        self.task.cancel(error.reason)
         return True
 
     async def wait(self) -> None:

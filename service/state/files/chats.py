@@ -2,6 +2,13 @@
 
 Durability and crash safety:
 - Each record is one `write()` of one line on an `O_APPEND` descriptor.
+- An append writes all of its bytes or fails loudly (`StoreFailed`): a write may
+  store part of its buffer without raising (seen on a full disk), so the count is
+  checked and the rest written; when that fails (no space left), the file is cut
+  back to where the append began, so it still ends on a line boundary and the
+  next append starts a line of its own. A new chat's file whose first append
+  failed is removed. Should the cut itself fail, the next append checks the tail
+  first (below).
 - A crash (kill -9) in the middle of a write can still leave a torn last line.
   Before its first append to a file, the store checks that the file ends with a
   newline; if not, the torn fragment is moved to `{chatId}.json.torn` and cut
@@ -23,6 +30,7 @@ Durability and crash safety:
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -117,12 +125,15 @@ class JsonlChatStore:
         # append to a file that exists (its tail is checked first).
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
         async with lock:  # not while an fsync of the chat is running
-            if self.fsync == "always":
-                await asyncio.to_thread(self._write, chat_id, path, data)
-            elif chat_id in self._checked:
-                self._write(chat_id, path, data)
-            elif not self._create(chat_id, path, data):
-                await asyncio.to_thread(self._write, chat_id, path, data)
+            try:
+                if self.fsync == "always":
+                    await asyncio.to_thread(self._write, chat_id, path, data)
+                elif chat_id in self._checked:
+                    self._write(chat_id, path, data)
+                elif not self._create(chat_id, path, data):
+                    await asyncio.to_thread(self._write, chat_id, path, data)
+            except OSError as error:  # opening the file, checking its tail
+                raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
         for record in records:
             self._index(chat_id, record)
 
@@ -134,7 +145,10 @@ class JsonlChatStore:
         except (FileExistsError, FileNotFoundError):
             return False
         try:
-            os.write(fd, data)
+            self._append_all(chat_id, fd, data)
+        except StoreFailed:
+            path.unlink(missing_ok=True)  # the file this call made: no chat rather than none
+            raise
         finally:
             os.close(fd)
         self._checked.add(chat_id)
@@ -148,13 +162,35 @@ class JsonlChatStore:
             self._checked.add(chat_id)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            os.write(fd, data)
+            self._append_all(chat_id, fd, data)
             if self.fsync == "always":
                 self._fsync(chat_id, fd)
             else:
                 self._dirty.add(chat_id)
         finally:
             os.close(fd)
+
+    def _append_all(self, chat_id: str, fd: int, data: bytes) -> None:
+        """Write all of `data` at the end of the file, or cut the file back to where it
+        ended and raise `StoreFailed`. A write may store part of its buffer and return the
+        count (a full disk): the rest is written next, and an error then is the failure.
+        One writer per file (the chat's lock): the append began at the size before it."""
+        written = 0
+        try:
+            while written < len(data):
+                count = os.write(fd, data[written:] if written else data)
+                if count <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += count
+        except OSError as error:
+            why = f"wrote {written} of {len(data)} bytes: {error.strerror or error}"
+            if written:
+                try:
+                    os.ftruncate(fd, os.fstat(fd).st_size - written)
+                except OSError as cut_error:  # the next append checks the tail first
+                    self._checked.discard(chat_id)
+                    log.error("chat %s: could not cut a failed append off (%s)", chat_id, cut_error)
+            raise StoreFailed(f"could not append to chat {chat_id!r}: {why}") from error
 
     def _fsync(self, chat_id: str, fd: int) -> None:
         try:

@@ -12,6 +12,12 @@ The database is in WAL mode with `synchronous=NORMAL`: a crash of the process
 loses nothing written, a power cut at most the last runs' logs (as the page
 cache would).
 
+A log that cannot be kept fails with `StoreFailed`: a full disk fails that
+insert alone (SQLite rolls it back; the logs kept before stay whole, and later
+ones are kept once there is room); an I/O error (a failed fsync among them)
+makes the run log refuse every later save, since a file after a failed fsync
+is not to be trusted (the PostgreSQL "fsyncgate" lesson).
+
 One thread of its own runs every statement, so the event loop never waits for
 the disk and statements never overlap. Logs kept by earlier versions as
 `{dir}/{runId}.events` files are moved into the database at start-up.
@@ -29,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from service.core.errors import StoreFailed
 from service.core.events import Event
 from service.core.ids import valid_run_id
 from service.state.framing import decode_events, encode_events
@@ -40,6 +47,7 @@ T = TypeVar("T")
 DATABASE = "runs.sqlite3"
 PRUNE_EVERY_S = 3600.0
 IMPORT_BATCH = 1000  # files moved into the database per transaction
+SQLITE_IOERR = 10  # the primary result code of SQLite's I/O errors (a failed fsync among them)
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS run_logs ("
     " run_id TEXT PRIMARY KEY, saved_at REAL NOT NULL, events BLOB NOT NULL)",
@@ -54,6 +62,7 @@ class FileRunLog:
         self.directory = directory
         self.ttl_s = ttl_s
         self._last_prune = 0.0
+        self._failed = ""  # why it keeps no more runs (an I/O error: never trusted again)
         self._db: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-run-log")
 
@@ -119,15 +128,28 @@ class FileRunLog:
         await self._run(self._save, run_id, encode_events(events), prune)
 
     def _save(self, run_id: str, data: bytes, prune: bool) -> None:
-        self._insert(run_id, time.time(), data)
-        if prune:
-            self.prune()
+        if self._failed:
+            raise StoreFailed(f"the run log {self.path} is read-only after {self._failed}")
+        try:
+            self._insert(run_id, time.time(), data)
+            if prune:
+                self.prune()
+        except sqlite3.Error as error:
+            if getattr(error, "sqlite_errorcode", 0) & 0xFF == SQLITE_IOERR:
+                self._failed = f"an I/O error ({error})"
+                log.error("the run log %s failed (%s): it keeps no more runs", self.path, error)
+            raise StoreFailed(
+                f"could not keep the log of run {run_id!r} in {self.path}: {error}"
+            ) from error
 
     async def load(self, run_id: str) -> list[Event] | None:
         """The run's events, or None when the run was never kept (or has expired)."""
         if not valid_run_id(run_id):
             return None
-        data = await self._run(self._load, run_id)
+        try:
+            data = await self._run(self._load, run_id)
+        except sqlite3.Error as error:
+            raise StoreFailed(f"could not read the log of run {run_id!r}: {error}") from error
         return None if data is None else decode_events(data)
 
     def _load(self, run_id: str) -> bytes | None:

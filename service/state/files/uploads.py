@@ -1,6 +1,8 @@
 """The file `UploadStore`: one directory per upload, under the uploads directory.
 
 `{dir}/{id}/content` holds the bytes and `{dir}/{id}/meta.json` the description.
+An upload that cannot be written whole (a full disk) is removed and refused with
+`StoreFailed`.
 For one process, or for replicas that share the directory (a network file system
 mounted on every host); replicas on separate disks want the PostgreSQL store.
 """
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from service.core.errors import StoreFailed
 from service.core.values import StoredUpload
 
 
@@ -32,14 +36,21 @@ class FileUploadStore:
 
     def _write(self, upload: StoredUpload, content: bytes) -> None:
         folder = self.directory / upload.id
-        folder.mkdir(parents=True)
-        (folder / "content").write_bytes(content)
-        # The description last, renamed into place: an upload without one is not found (a
-        # write cut short), and another process sharing the directory (a worker) reads a
-        # whole description or none.
-        partial = folder / "meta.json.partial"
-        partial.write_text(json.dumps(asdict(upload), ensure_ascii=False))
-        partial.replace(folder / "meta.json")
+        try:
+            folder.mkdir(parents=True)
+        except OSError as error:
+            raise StoreFailed(f"could not store upload {upload.id!r}: {error}") from error
+        try:
+            (folder / "content").write_bytes(content)
+            # The description last, renamed into place: an upload without one is not found
+            # (a write cut short), and another process sharing the directory (a worker)
+            # reads a whole description or none.
+            partial = folder / "meta.json.partial"
+            partial.write_text(json.dumps(asdict(upload), ensure_ascii=False))
+            partial.replace(folder / "meta.json")
+        except OSError as error:  # a full disk, above all: nothing of it is kept
+            shutil.rmtree(folder, ignore_errors=True)
+            raise StoreFailed(f"could not store upload {upload.id!r}: {error}") from error
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
         folder = self.directory / upload_id

@@ -33,7 +33,7 @@ class LocalRunBus:
     async def close(self) -> None:
         return None
 
-    async def register(self, run: RunState) -> RunRef | None:
+    async def register(self, run: RunState, *, new_chat: bool = False) -> RunRef | None:
         active = self._chats.get(run.chat_id)
         if active is not None:
             return ref(active)

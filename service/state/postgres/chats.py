@@ -26,7 +26,7 @@ from typing import Any
 from service.core.errors import ChatNotFound
 from service.core.ids import ANONYMOUS, Principal, chat_name_of, check_chat_id, valid_chat_id
 from service.core.values import ChatSummary, Record
-from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore, failures
+from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore
 
 _APPEND_CHAT = """
 INSERT INTO chats AS c (id, owner_tenant, owner_subject, name, agent_key,
@@ -118,16 +118,18 @@ class PostgresChatStore(PooledStore):
         lock = self._locks.get(chat_id)
         if lock is None:
             lock = self._locks[chat_id] = asyncio.Lock()
-        async with lock:
-            with failures(f"could not append to chat {chat_id!r}"):
-                async with self.pool.acquire() as connection, connection.transaction():
-                    start = await connection.fetchval(_APPEND_CHAT, *chat)
-                    await connection.execute(_APPEND_RECORDS, chat_id, start, texts)
+        async with lock, self.connection(f"could not append to chat {chat_id!r}") as db:
+            # Not `db.transaction()`: its rollback on a failure would wait for a server that
+            # may not answer; a failed call closes the connection, which rolls it back.
+            await db.execute("BEGIN")
+            start = await db.fetchval(_APPEND_CHAT, *chat)
+            await db.execute(_APPEND_RECORDS, chat_id, start, texts)
+            await db.execute("COMMIT")
 
     async def read(self, chat_id: str) -> list[Record]:
         check_chat_id(chat_id)
-        with failures(f"could not read chat {chat_id!r}"):
-            rows = await self.pool.fetch(
+        async with self.connection(f"could not read chat {chat_id!r}") as db:
+            rows = await db.fetch(
                 "SELECT record FROM chat_records WHERE chat_id = $1 ORDER BY position", chat_id
             )
         if not rows:
@@ -135,18 +137,16 @@ class PostgresChatStore(PooledStore):
         return [json.loads(row["record"]) for row in rows]
 
     async def summary(self, chat_id: str) -> ChatSummary | None:
-        with failures(f"could not read chat {chat_id!r}"):
-            row = await self.pool.fetchrow(
-                f"SELECT {_SUMMARY_COLUMNS} FROM chats WHERE id = $1", chat_id
-            )
+        async with self.connection(f"could not read chat {chat_id!r}") as db:
+            row = await db.fetchrow(f"SELECT {_SUMMARY_COLUMNS} FROM chats WHERE id = $1", chat_id)
         return None if row is None else _summary(row)
 
     async def page(
         self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
     ) -> tuple[list[ChatSummary], str]:
         updated, chat_id = _after(cursor)
-        with failures("could not list chats"):
-            rows = await self.pool.fetch(
+        async with self.connection("could not list chats") as db:
+            rows = await db.fetch(
                 _PAGE, owner.tenant, owner.subject, updated, chat_id, max(limit, 0) + 1
             )
         page = [_summary(row) for row in rows[:limit]]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from service.core.events import Event
 from service.core.ids import valid_run_id
 from service.state.framing import decode_events, encode_events
-from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore, failures
+from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore
 
 PRUNE_EVERY_S = 3600.0
 
@@ -39,8 +39,8 @@ class PostgresRunLog(PooledStore):
         if not valid_run_id(run_id):
             return
         chat_id = events[0].chat_id if events else ""
-        with failures(f"could not keep the log of run {run_id}"):
-            await self.pool.execute(
+        async with self.connection(f"could not keep the log of run {run_id}") as db:
+            await db.execute(
                 "INSERT INTO run_logs (run_id, chat_id, events, expires_at)"
                 " VALUES ($1, $2, $3, now() + make_interval(secs => $4))"
                 " ON CONFLICT (run_id) DO UPDATE SET events = EXCLUDED.events,"
@@ -56,8 +56,8 @@ class PostgresRunLog(PooledStore):
     async def load(self, run_id: str) -> list[Event] | None:
         if not valid_run_id(run_id):
             return None
-        with failures(f"could not read the log of run {run_id}"):
-            data = await self.pool.fetchval(
+        async with self.connection(f"could not read the log of run {run_id}") as db:
+            data = await db.fetchval(
                 "SELECT events FROM run_logs WHERE run_id = $1 AND expires_at > now()", run_id
             )
         return None if data is None else decode_events(data)
@@ -65,6 +65,6 @@ class PostgresRunLog(PooledStore):
     async def prune(self) -> int:
         """Delete the logs past their time-to-live; how many."""
         self._last_prune = time.monotonic()
-        with failures("could not prune the run logs"):
-            status = await self.pool.execute("DELETE FROM run_logs WHERE expires_at <= now()")
+        async with self.connection("could not prune the run logs") as db:
+            status = await db.execute("DELETE FROM run_logs WHERE expires_at <= now()")
         return int(status.split()[-1])

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,7 +29,7 @@ from service.core.errors import StoreFailed
 log = logging.getLogger("agw.store")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-#: How long connecting or one statement may take (`AGW_POSTGRES_TIMEOUT_S`).
+#: How long one call may take, connecting included (`AGW_POSTGRES_TIMEOUT_S`).
 DEFAULT_TIMEOUT_S = 10.0
 #: The advisory lock taken while migrating ("agw" in ASCII).
 MIGRATION_LOCK = 0x616777
@@ -102,8 +102,9 @@ async def open_pool(
 ) -> Pool:
     """A connection pool on `dsn`, with the schema migrated.
 
-    `timeout_s` bounds connecting and every statement: a database that stops answering
-    (a frozen server, a cut network) fails the call with `StoreFailed`, never hangs it.
+    `timeout_s` bounds connecting and every statement (a call as a whole is bounded by
+    `PooledStore.connection`): a database that stops answering (a frozen server, a cut
+    network) fails the call with `StoreFailed`, never hangs it.
     """
     if not dsn:
         raise StoreFailed(f"no PostgreSQL database to connect to: set {setting}")
@@ -134,7 +135,16 @@ async def close_pool(pool: Pool | None, timeout_s: float = 10.0) -> None:
 
 class PooledStore:
     """A store on its own connection pool of the database at `dsn`, opened (and the
-    schema migrated) by `open`, returned by `close`."""
+    schema migrated) by `open`, returned by `close`.
+
+    Each call takes its connection with `connection`, under one deadline: taking the
+    connection (connecting, when the pool has none free) and every statement on it
+    together take at most `timeout_s`. The pool's own time-outs (connecting, each
+    statement) would stack, and so would asyncpg's wait, after a statement it gave up
+    on, for the server to confirm the cancel: a frozen server made a call fail after
+    twice the time-out. A call cut short closes its connection at once instead (the
+    server rolls back what it had begun), and the next call connects anew.
+    """
 
     #: What the store is, for the error of using it before `open`.
     what: ClassVar[str] = "PostgreSQL store"
@@ -157,6 +167,30 @@ class PooledStore:
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         await close_pool(pool)
+
+    @contextlib.asynccontextmanager
+    async def connection(self, what: str) -> AsyncIterator[Connection]:
+        """A connection of the pool for one call, which must end within `timeout_s` from
+        now; a database failure or the deadline is `StoreFailed` ("{what}: …")."""
+        pool = self.pool
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        with failures(what):
+            async with asyncio.timeout_at(deadline):
+                connection = await pool.acquire()
+                try:
+                    yield connection
+                except BaseException:
+                    connection.terminate()  # failed or cut short: not to be trusted or waited for
+                    raise
+        left = deadline - loop.time()
+        if left <= 0:
+            connection.terminate()  # no time left to reset it for the next call
+            return
+        try:  # reset for the next call within the time left; a reset that fails closes it
+            await pool.release(connection, timeout=left)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+            log.warning("a PostgreSQL connection could not be reset, closed (%s)", error)
 
 
 @contextlib.contextmanager

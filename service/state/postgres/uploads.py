@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.core.values import StoredUpload
-from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore, failures
+from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore
 
 _INSERT = """
 INSERT INTO uploads (id, owner_tenant, owner_subject, chat_id, name, type, mime_type,
@@ -54,8 +54,8 @@ class PostgresUploadStore(PooledStore):
 
     async def put(self, upload: StoredUpload, content: bytes) -> None:
         owner = upload.owner or {}
-        with failures(f"could not keep upload {upload.id}"):
-            await self.pool.execute(
+        async with self.connection(f"could not keep upload {upload.id}") as db:
+            await db.execute(
                 _INSERT,
                 upload.id,
                 owner.get("tenant", ""),
@@ -70,6 +70,6 @@ class PostgresUploadStore(PooledStore):
             )
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
-        with failures(f"could not read upload {upload_id}"):
-            row = await self.pool.fetchrow(_SELECT, upload_id)
+        async with self.connection(f"could not read upload {upload_id}") as db:
+            row = await db.fetchrow(_SELECT, upload_id)
         return None if row is None else (_upload(row), bytes(row["content"]))

@@ -17,7 +17,9 @@ as `BusUnavailable`) and one table of the runs this replica executes (`owned.py`
 - `mirrors.py` (`mirror.py`, `subscriber.py`): following the runs of other
   replicas, pushed on their channels, read from their streams after a gap.
 - `leases.py`: leases and owner loss — renewals, fences, a lost owner's runs ended
-  as `OWNER_LOST`, Redis restarted empty.
+  as `OWNER_LOST`.
+- `epoch.py`: Redis restarted empty — told by its epoch; the owners re-assert their
+  runs' claims, meta, leases and streams before anyone else may claim their chats.
 - `mailbox.py`: Submit and Cancel delivered to the owner's inbox, and answered.
 
 Runs in flight go on on their owner while Redis is unreachable, whose clients see
@@ -44,12 +46,13 @@ from service.core.run.state import RunState
 from service.core.run.waits import Waits
 from service.core.values import LiveRun, RunRef
 from service.state.redis import scripts
+from service.state.redis.epoch import Epoch
 from service.state.redis.leases import Leases
 from service.state.redis.link import Link
 from service.state.redis.mailbox import Mailbox
 from service.state.redis.mirrors import Mirrors
 from service.state.redis.outbox import Outbox
-from service.state.redis.owned import OwnedRuns
+from service.state.redis.owned import Owned, OwnedRuns
 from service.state.redis.registry import Registry
 
 log = logging.getLogger("agw.bus")
@@ -91,10 +94,13 @@ class RedisRunBus:
         self.keys = self.link.keys
         self.waits = waits if waits is not None else Waits()
         self._runs = OwnedRuns()
-        self.leases = Leases(self.link, self._runs)
-        self._outbox = Outbox(self.link, self.leases.fence, self.leases.unknown)
-        self._registry = Registry(self.link, self._runs, self.waits, self.leases, self._outbox)
-        self._mirrors = Mirrors(self.link, self.leases)
+        self.leases = Leases(self.link, self._runs, self._gone)
+        self._outbox = Outbox(self.link, self.leases.fence, self._gone)
+        self.epoch = Epoch(self.link, self._runs, self.waits, self._outbox, self.leases.fence)
+        self._registry = Registry(
+            self.link, self._runs, self.waits, self.leases, self._outbox, self.epoch
+        )
+        self._mirrors = Mirrors(self.link, self.leases, reconnected=self.epoch.check_soon)
         self._mailbox = Mailbox(self.link, self._runs, self.waits, self.leases)
         self._loops: list[asyncio.Task[None]] = []
 
@@ -102,6 +108,7 @@ class RedisRunBus:
 
     async def open(self) -> None:
         await self.redis.set(self.keys.alive(self.replica_id), "1", px=self.link.lease_ms)
+        await self.epoch.check()  # made now (with its window) on a Redis that has none
         for script in (scripts.APPEND, scripts.RENEW):  # called with EVALSHA in pipelines
             await self.redis.script_load(script)
         self._outbox.start()
@@ -120,7 +127,12 @@ class RedisRunBus:
         log.info("run bus on Redis as replica %s", self.replica_id)
 
     async def close(self) -> None:
-        tasks: list[asyncio.Task[Any]] = [*self._loops, *self.leases.tasks, *self._mirrors.tasks]
+        tasks: list[asyncio.Task[Any]] = [
+            *self._loops,
+            *self.leases.tasks,
+            *self._mirrors.tasks,
+            *self.epoch.tasks,
+        ]
         if self._outbox.task is not None:
             tasks.append(self._outbox.task)
         for task in tasks:
@@ -165,6 +177,10 @@ class RedisRunBus:
                 log.info("%s of replica %s: Redis answers again", what, self.replica_id)
                 failures = 0
 
+    def _gone(self, owned: Owned) -> None:
+        """Redis no longer knows a run of this replica (it lost its data): re-assert it."""
+        self.epoch.lost(owned)
+
     def suspend(self) -> None:
         """Stop writing to Redis — lease renewals and event appends — as a frozen or cut-off
         process would, until `resume`; the runs go on in this process (failure drills)."""
@@ -175,8 +191,8 @@ class RedisRunBus:
 
     # -- the port ----------------------------------------------------------------------
 
-    async def register(self, run: RunState) -> RunRef | None:
-        return await self._registry.register(run)
+    async def register(self, run: RunState, *, new_chat: bool = False) -> RunRef | None:
+        return await self._registry.register(run, new_chat=new_chat)
 
     async def ended(self, run: RunState) -> None:
         await self._registry.ended(run)

@@ -14,8 +14,9 @@ expire and another one does it again.
 
 An owner that comes back has its appends and renewals refused by the fence: it
 cancels its run (reason "fenced") and writes nothing more of it (`RunState.fenced`).
-An owner whose run Redis no longer knows (it restarted empty) goes on with the run
-but publishes nothing more of it; followers elsewhere end it (`mirrors.vanished`).
+An owner whose run Redis no longer knows (it restarted empty) re-asserts it
+(`epoch.py`); followers elsewhere end a run that nobody re-asserts in time
+(`mirrors.vanished`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from redis.exceptions import NoScriptError
 
@@ -42,9 +43,11 @@ log = logging.getLogger("agw.bus")
 class Leases:
     """The leases of this replica's runs, and the ending of runs whose owner was lost."""
 
-    def __init__(self, link: Link, runs: OwnedRuns) -> None:
+    def __init__(self, link: Link, runs: OwnedRuns, gone: Callable[[Owned], None]) -> None:
+        """`gone` is told of a run of this replica that Redis no longer knows."""
         self._link = link
         self._runs = runs
+        self._gone = gone
         self._renew = link.redis.register_script(scripts.RENEW)
         self._declare = link.redis.register_script(scripts.DECLARE)
         self._declaring: set[asyncio.Task[bool]] = set()
@@ -76,7 +79,7 @@ class Leases:
             if isinstance(renewed, Exception):
                 log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
             elif int(renewed) == scripts.GONE:
-                self.unknown(o)
+                self._gone(o)
             elif not int(renewed):
                 self.fence(o)
 
@@ -95,19 +98,6 @@ class Leases:
         )
         owned.run.cancel("fenced")
         self._runs.free(owned.run.run_id)
-
-    def unknown(self, owned: Owned) -> None:
-        """Redis no longer knows the run (it restarted empty, or its keys were dropped): the
-        run goes on here, but nothing more of it is published; followers elsewhere end it."""
-        if not owned.live:
-            return
-        log.warning(
-            "run %s: Redis no longer knows the run (its data was lost); not publishing it",
-            owned.run.run_id,
-        )
-        owned.published_end = True  # nothing more to append or renew
-        owned.pending.clear()
-        owned.drained.set()
 
     async def lost(self, run_id: str) -> bool:
         """Whether the run's owner is gone: if so, the run is ended as lost (by anyone)."""

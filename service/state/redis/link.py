@@ -30,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core.errors import BusUnavailable
 from service.core.events import Event
+from service.core.run.state import RunState
 from service.state.redis import scripts
 from service.state.redis.packing import packed
 from service.state.redis.scripts import Keys
@@ -134,6 +135,20 @@ class Link:
                 f"the run bus (Redis) is unreachable: {type(error).__name__}: {what}; retry",
                 operation=operation,
             ) from error
+
+    def claim_argv(self, run: RunState) -> list[Any]:
+        """The first arguments of `REGISTER` and `REASSERT` (their order is their ARGV's):
+        the run, its chat, owner principal, this replica, the lease and the agent."""
+        owner = run.owner
+        return [
+            run.run_id,
+            run.chat_id,
+            owner.tenant,
+            owner.subject,
+            self.replica_id,
+            self.lease_ms,
+            run.agent_key,
+        ]
 
     def append_argv(
         self,

@@ -8,6 +8,7 @@ last of a run that ended being its terminal event (`is_terminal`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -34,6 +35,11 @@ def open_waits(data: bytes | None) -> list[OpenWait]:
         for tool_id, kind, name in waits
         if kind in WAIT_KINDS  # a kind this version does not know is left out
     ]
+
+
+def waits_json(waits: Sequence[OpenWait]) -> bytes:
+    """Open waits as a meta hash keeps them (`open_waits` reads them back)."""
+    return orjson.dumps([[w.tool_id, w.kind, w.tool_name] for w in waits])
 
 
 def events_of(entries: Any) -> list[Event]:

@@ -8,7 +8,10 @@ new pub/sub connection (the last one cut, also by Redis for a full output buffer
 or a followed run that made no progress has the mirror read its stream again
 after its last event. A followed run that made no progress for a quarter of the
 lease has its owner checked (`leases.py`); one whose stream and meta Redis lost
-(it restarted empty) ends for its followers with `run.error` `BUS_UNAVAILABLE`.
+(it restarted empty) is awaited while owners may re-assert their runs (`epoch.py`:
+its owner then appends its whole stream again, and the mirror goes on from where
+it was), and ends for its followers with `run.error` `BUS_UNAVAILABLE` when nobody
+did.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -40,9 +43,11 @@ MIRROR_LINGER_S = 10.0  # a mirror nobody follows is dropped after this long
 class Mirrors:
     """The runs of other replicas that this one follows, by id."""
 
-    def __init__(self, link: Link, leases: Leases) -> None:
+    def __init__(self, link: Link, leases: Leases, reconnected: Callable[[], None]) -> None:
+        """`reconnected` is called on each new pub/sub connection (Redis may have restarted)."""
         self._link = link
         self._leases = leases
+        self._reconnected = reconnected
         self._mirrors: dict[str, Mirror] = {}
         self._loading: dict[str, asyncio.Task[Mirror | None]] = {}  # mirrors being made
         self._channels: dict[bytes, Mirror] = {}  # channel -> the mirror its pushes fill
@@ -136,6 +141,7 @@ class Mirrors:
     def _resubscribed(self) -> None:
         """A new pub/sub connection has every channel again: what was pushed meanwhile is
         read from the streams."""
+        self._reconnected()
         for mirror in self._channels.values():
             if mirror.loaded and not mirror.done:
                 self._catch_up(mirror)
@@ -192,13 +198,16 @@ class Mirrors:
             pipe.xrange(keys.events(mirror.run_id), min=f"(0-{mirror.last}", count=1)
             pipe.hget(keys.meta(mirror.run_id), "status")
             pipe.exists(keys.lease(mirror.run_id))
-        results = await pipe.execute()
+        pipe.exists(keys.reclaiming)
+        *results, reclaiming = await pipe.execute()
         for n, mirror in enumerate(stalled):
             entries, status, leased = results[3 * n : 3 * n + 3]
             mirror.progress_at = now
             if entries:  # pushes were lost: read them from the stream
                 self._catch_up(mirror)
-            elif status is None and mirror.events:  # Redis lost the run (restarted empty)
+            elif status is None and mirror.events and reclaiming:
+                continue  # Redis lost the run; its owner may yet re-assert it (epoch.py)
+            elif status is None and mirror.events:  # Redis lost the run, and nobody has it
                 mirror.extend(vanished(mirror))
             elif status is None or text(status) == ENDED:
                 mirror.finish()  # nothing after what was read, and nothing more will come

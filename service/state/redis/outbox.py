@@ -15,14 +15,17 @@ gives the stream and meta their expiry.
 
 While Redis is unreachable the outbox keeps the events and appends them once it
 answers again, so that followers on other replicas, which wait meanwhile, get
-them then, each with the run's one terminal event.
+them then, each with the run's one terminal event. When Redis answers again
+without its data, a run's events wait until the run is re-asserted (`epoch.py`),
+then its stream is appended again whole, from the run's log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -44,7 +47,9 @@ class Outbox:
     """Appends the events of this replica's runs to their streams, in order per run.
 
     Per run an append answers 1 (appended), 0 (fenced out: `fence` is called), -2
-    (`GONE`: Redis lost its data, `unknown` is called) or an error (retried).
+    (`GONE`: Redis lost its data, `unknown` is called: the run's events wait until it
+    is re-asserted, then its whole log is appended again, `resend`) or an error
+    (retried).
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class Outbox:
         self._connection = link.own_connection()  # one append at a time
         self._ready: dict[str, Owned] = {}  # the runs with events waiting, by id
         self._wake = asyncio.Event()
+        self._appending = asyncio.Lock()  # held by each append round trip (see `paused`)
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -76,6 +82,21 @@ class Outbox:
         self._ready[owned.run.run_id] = owned
         self._wake.set()
 
+    def resend(self, owned: Owned) -> None:
+        """The run was re-asserted after Redis lost its data: append its whole log again
+        (what its stream has is skipped), and what it holds back from now on."""
+        owned.restore = False
+        owned.resend = True
+        owned.drained.clear()
+        self._ready[owned.run.run_id] = owned
+        self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """No append is under way, nor begins, inside the block."""
+        async with self._appending:
+            yield
+
     async def _run(self) -> None:
         backoff = 0.05
         while True:
@@ -83,41 +104,57 @@ class Outbox:
             self._wake.clear()
             while self._ready:
                 await self._link.writable()
-                batch = [(owned, owned.pending[:MAX_BATCH]) for owned in self._ready.values()]
-                self._ready.clear()
-                try:
-                    results = await self._append(batch)
-                except (RedisError, OSError) as error:
-                    results = [error] * len(batch)
-                except Exception as error:
-                    log.exception("cannot publish events")
-                    results = [error] * len(batch)
-                failed = False
-                for (owned, events), result in zip(batch, results, strict=True):
-                    if isinstance(result, Exception):
-                        if not failed:
-                            log.warning("cannot publish events (%s); retrying", result)
-                        failed = True
-                        if owned.live:
-                            self._ready.setdefault(owned.run.run_id, owned)
-                        continue
-                    del owned.pending[: len(events)]
-                    if result == GONE:
-                        self._unknown(owned)
-                    elif not result:
-                        self._fence(owned)
-                    elif events and is_terminal(events[-1]):
-                        owned.published_end = True
-                    if owned.pending and owned.live:
-                        self._ready.setdefault(owned.run.run_id, owned)
-                    else:
-                        owned.pending.clear()
-                        owned.drained.set()
+                async with self._appending:
+                    failed = await self._append_ready()
                 if failed:
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                 else:
                     backoff = 0.05
+
+    async def _append_ready(self) -> bool:
+        """Append what waits, for every run at once; True when Redis could not be reached."""
+        batch = []
+        for owned in self._ready.values():
+            if owned.restore:  # held until the run is re-asserted (`resend`)
+                continue
+            if owned.resend:  # the stream is to be whole again: from the run's first event
+                owned.resend = False
+                owned.pending = list(owned.run.log)
+            batch.append((owned, owned.pending[:MAX_BATCH]))
+        self._ready.clear()
+        if not batch:
+            return False
+        try:
+            results = await self._append(batch)
+        except (RedisError, OSError) as error:
+            results = [error] * len(batch)
+        except Exception as error:
+            log.exception("cannot publish events")
+            results = [error] * len(batch)
+        failed = False
+        for (owned, events), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                if not failed:
+                    log.warning("cannot publish events (%s); retrying", result)
+                failed = True
+                if owned.live:
+                    self._ready.setdefault(owned.run.run_id, owned)
+                continue
+            if result == GONE:  # Redis lost the run: its events wait for its re-assertion
+                self._unknown(owned)
+                continue
+            del owned.pending[: len(events)]
+            if not result:
+                self._fence(owned)
+            elif events and is_terminal(events[-1]):
+                owned.published_end = True
+            if owned.pending and owned.live:
+                self._ready.setdefault(owned.run.run_id, owned)
+            else:
+                owned.pending.clear()
+                owned.drained.set()
+        return failed
 
     def _append_args(self, owned: Owned, batch: Sequence[Event]) -> list[Any]:
         end_ms = self._link.end_ms if batch and is_terminal(batch[-1]) else 0

@@ -1,8 +1,10 @@
 """The runs a replica executes (it is their *owner*), as the parts of its bus share them.
 
 Each is an `Owned`: the run, the fence token it was registered with, and its events
-not yet appended to its stream (the outbox's). `OwnedRuns` holds them by id, and
-says when each ended here (`wait_freed`, for `RunBus.wait_ended`).
+not yet appended to its stream (the outbox's); after Redis lost its data, whether it
+waits to be re-asserted and then to have its whole stream appended again
+(`epoch.py`). `OwnedRuns` holds them by id, and says when each ended here
+(`wait_freed`, for `RunBus.wait_ended`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Owned:
     drained: asyncio.Event = field(default_factory=asyncio.Event)  # nothing pending
     published_end: bool = False  # the run's end is in Redis
     fenced: bool = False  # another replica took the run over
+    restore: bool = False  # Redis lost the run: its events wait until it is re-asserted
+    resend: bool = False  # re-asserted: its whole log is to be appended again
 
     def __post_init__(self) -> None:
         self.drained.set()
@@ -49,10 +53,12 @@ class OwnedRuns:
 
     def __init__(self) -> None:
         self._runs: dict[str, Owned] = {}
+        self._chats: dict[str, Owned] = {}  # chat id -> its latest run here
         self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
 
     def add(self, owned: Owned) -> None:
         self._runs[owned.run.run_id] = owned
+        self._chats[owned.run.chat_id] = owned
         self._freed[owned.run.run_id] = asyncio.Event()
 
     def get(self, run_id: str) -> Owned | None:
@@ -69,6 +75,13 @@ class OwnedRuns:
         """The run when this replica executes it (and was not fenced out of it)."""
         owned = self._runs.get(run_id)
         return owned.run if owned is not None and not owned.fenced else None
+
+    def running_on(self, chat_id: str) -> RunState | None:
+        """The run this replica executes on the chat, while it goes on here."""
+        owned = self._chats.get(chat_id)  # a chat's latest run here: the one that may run
+        if owned is None or owned.fenced or owned.run.done:
+            return None
+        return owned.run
 
     def local(self, run_id: str) -> RunState | None:
         owned = self._runs.get(run_id)
@@ -89,4 +102,6 @@ class OwnedRuns:
             await freed.wait()
 
     def forget(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
+        owned = self._runs.pop(run_id, None)
+        if owned is not None and self._chats.get(owned.run.chat_id) is owned:
+            del self._chats[owned.run.chat_id]

@@ -1,11 +1,15 @@
 """Claims and the registry: which run is live, whose it is, and each chat's active run.
 
-`register` claims the chat's active-run key with SET NX and writes the run's meta
-hash (chat, owner principal, owner replica, status, fence 1, agent) and its lease,
-in one script; a query meeting another replica's run gets that run instead, after
-checking its owner's lease. The terminal event's append (the outbox's) frees the
-chat and marks it *settling* until the owner's chat records are durable
-(`settled`); a new run of the chat waits for that (`wait_settled`, at most 10 s).
+`register` claims the chat's active-run key and writes the run's meta hash (chat,
+owner principal, owner replica, status, fence 1, agent) and its lease, in one
+script, in the replica's epoch (`epoch.py`: after Redis lost its data, the replica
+re-asserts its own runs first, and a chat that has records is claimed only once
+owners had their time to re-assert theirs); a query meeting another replica's run
+gets that run instead, after checking its owner's lease. A replica answers for the
+chats of its own runs without asking Redis. The terminal event's append (the
+outbox's) frees the chat and marks it *settling* until the owner's chat records are
+durable (`settled`); a new run of the chat waits for that (`wait_settled`, at most
+10 s).
 
 *Waits.* The owner writes the open waits of each run (tool id, kind, tool name)
 into its meta hash whenever one opens or closes (one writer loop per replica,
@@ -20,17 +24,16 @@ import functools
 import logging
 import time
 
-import orjson
-
 from service.core.errors import Conflict
 from service.core.ids import Principal
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
 from service.core.values import LiveRun, OpenWait, RunRef
 from service.state.redis import scripts
+from service.state.redis.epoch import Epoch
 from service.state.redis.leases import Leases
 from service.state.redis.link import UNREACHABLE, Link
-from service.state.redis.meta import open_waits, read_meta, text
+from service.state.redis.meta import open_waits, read_meta, text, waits_json
 from service.state.redis.outbox import Outbox
 from service.state.redis.owned import Owned, OwnedRuns
 from service.state.redis.scripts import ENDED, RUNNING
@@ -39,19 +42,27 @@ from service.state.run_refs import live, ref
 log = logging.getLogger("agw.bus")
 
 SETTLE_WAIT_S = 10.0  # a new run waits at most this long for the chat's last run to settle
+RECLAIM_POLL_S = 0.05  # how often a registration waiting for owners to re-assert looks again
 
 
 class Registry:
     """The runs' claims, meta hashes and states, as every replica sees them."""
 
     def __init__(
-        self, link: Link, runs: OwnedRuns, waits: Waits, leases: Leases, outbox: Outbox
+        self,
+        link: Link,
+        runs: OwnedRuns,
+        waits: Waits,
+        leases: Leases,
+        outbox: Outbox,
+        epoch: Epoch,
     ) -> None:
         self._link = link
         self._runs = runs
         self._waits = waits
         self._leases = leases
         self._outbox = outbox
+        self._epoch = epoch
         self._register = link.redis.register_script(scripts.REGISTER)
         self._active = link.redis.register_script(scripts.ACTIVE)
         self._compare_delete = link.redis.register_script(scripts.COMPARE_DELETE)
@@ -62,41 +73,50 @@ class Registry:
 
     # -- the owner's side --------------------------------------------------------------
 
-    async def register(self, run: RunState) -> RunRef | None:
-        async with self._link.reaching("register"):
-            return await self._register_run(run)
+    async def register(self, run: RunState, *, new_chat: bool = False) -> RunRef | None:
+        clashes = 0
+        while True:
+            async with self._link.reaching("register"):
+                status, value = await self._claim(run, new_chat)
+                if status == "epoch":  # Redis lost its data: this replica's runs first
+                    await self._epoch.check()
+                    continue
+                if status == "busy":
+                    active = await self._active_of(run.chat_id)
+                    if active is not None:
+                        return active
+                    clashes += 1  # it ended meanwhile: claim again
+                    if clashes == 5:
+                        raise Conflict(
+                            f"chat {run.chat_id!r} changed hands too often; retry",
+                            chat_id=run.chat_id,
+                        )
+                    continue
+            if status == "wait":  # a claim Redis lost may yet be re-asserted on the chat
+                await asyncio.sleep(min(int(value) / 1000, RECLAIM_POLL_S))
+                continue
+            owned = Owned(run, fence=1)
+            run.log.observe(functools.partial(self._outbox.push, owned))
+            self._runs.add(owned)
+            return None
 
-    async def _register_run(self, run: RunState) -> RunRef | None:
-        keys = self._link.keys
-        for _ in range(5):
-            clash = text(
-                await self._register(
-                    keys=[
-                        keys.claim(run.chat_id),
-                        keys.meta(run.run_id),
-                        keys.lease(run.run_id),
-                        keys.active,
-                    ],
-                    args=[
-                        run.run_id,
-                        run.chat_id,
-                        run.owner.tenant,
-                        run.owner.subject,
-                        self._link.replica_id,
-                        self._link.lease_ms,
-                        run.agent_key,
-                    ],
-                )
-            )
-            if not clash:
-                owned = Owned(run, fence=1)
-                run.log.observe(functools.partial(self._outbox.push, owned))
-                self._runs.add(owned)
-                return None
-            active = await self.active_of(run.chat_id)
-            if active is not None:
-                return active
-        raise Conflict(f"chat {run.chat_id!r} changed hands too often; retry", chat_id=run.chat_id)
+    async def _claim(self, run: RunState, new_chat: bool) -> tuple[str, str]:
+        """The `REGISTER` script's answer for `run`: (status, value)."""
+        link = self._link
+        answer = await self._register(
+            keys=[
+                *link.keys.claiming(run.run_id, run.chat_id),
+                link.keys.epoch,
+                link.keys.reclaiming,
+            ],
+            args=[
+                *link.claim_argv(run),
+                self._epoch.token,
+                self._epoch.new_token(),
+                "0" if new_chat else "1",
+            ],
+        )
+        return text(answer[0]), text(answer[1])
 
     async def ended(self, run: RunState) -> None:
         try:
@@ -109,7 +129,9 @@ class Registry:
         owned = self._runs.get(run.run_id)
         if owned is not None and owned.live:
             await owned.wait_drained(self._link.reply_timeout_s)
-            if owned.live:  # no terminal event went out (the run never started)
+            # No terminal event went out (the run never started); a run to be re-asserted
+            # will have its terminal event appended then.
+            if owned.live and not (owned.restore or owned.resend):
                 link = self._link
                 await link.append(
                     keys=link.keys.appending(run.run_id, run.chat_id),
@@ -143,9 +165,8 @@ class Registry:
             for run_id, waits in list(due.items()):
                 owned = self._runs.get(run_id)
                 if owned is not None and not owned.fenced:
-                    data = orjson.dumps([[w.tool_id, w.kind, w.tool_name] for w in waits])
                     meta = self._link.keys.meta(run_id)
-                    await self._set_waits(keys=[meta], args=[data, owned.fence])
+                    await self._set_waits(keys=[meta], args=[waits_json(waits), owned.fence])
                 del due[run_id]  # written, or nothing to write any more
         finally:
             if due:  # not written (Redis unreachable): again, unless newer ones came meanwhile
@@ -163,6 +184,9 @@ class Registry:
         return meta.ref if meta is not None else None
 
     async def active_of(self, chat_id: str) -> RunRef | None:
+        run = self._runs.running_on(chat_id)
+        if run is not None:  # this replica knows its own runs, whatever Redis says
+            return ref(run)
         async with self._link.reaching("active_of"):
             return await self._active_of(chat_id)
 

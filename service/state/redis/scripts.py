@@ -52,6 +52,18 @@ class Keys:
         """The chat's last ended run id, until that run's records are durable (expiring)."""
         return f"{self.prefix}chat:{chat_id}:settling"
 
+    @property
+    def epoch(self) -> str:
+        """A random token, set when Redis has none: a new one says Redis lost its data (it
+        restarted empty) or is new."""
+        return f"{self.prefix}epoch"
+
+    @property
+    def reclaiming(self) -> str:
+        """Expiring: set with a new epoch, for as long as owners may re-assert their runs'
+        claims (a lease); meanwhile nobody else claims a chat that has records."""
+        return f"{self.prefix}epoch:reclaiming"
+
     def alive(self, replica: str) -> str:
         """Expiring: the replica is up."""
         return f"{self.prefix}replica:{replica}:alive"
@@ -69,6 +81,10 @@ class Keys:
         exists while the request may still be applied."""
         return f"{self.prefix}reply:{uuid.uuid4().hex}"
 
+    def claiming(self, run_id: str, chat_id: str) -> list[str]:
+        """The first keys of `REGISTER` and `REASSERT`, in order: those of a run's claim."""
+        return [self.claim(chat_id), self.meta(run_id), self.lease(run_id), self.active]
+
     def appending(self, run_id: str, chat_id: str) -> list[str]:
         """The keys of `APPEND`, in order."""
         return [
@@ -81,18 +97,67 @@ class Keys:
         ]
 
 
-#: Registers a run: claims its chat (returns ''), or returns the chat's active run id.
-#: KEYS: claim, meta, lease, active set; ARGV: run, chat, tenant, subject, replica, lease ms,
-#: agent
-REGISTER = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') == false then
-  return redis.call('GET', KEYS[1])
+def _current_epoch(epoch: str, reclaiming: str, token: str, window_ms: str) -> str:
+    """Lua setting `local epoch` to Redis's epoch; where it has none (it is new, or lost its
+    data), `token` becomes it, and owners have `window_ms` to re-assert their claims."""
+    return f"""
+local epoch = redis.call('GET', {epoch})
+if epoch == false then
+  epoch = {token}
+  redis.call('SET', {epoch}, epoch)
+  redis.call('SET', {reclaiming}, epoch, 'PX', {window_ms})
 end
+"""
+
+
+#: Redis's epoch (made now, with its re-assertion window, when it has none).
+#: KEYS: epoch, reclaiming; ARGV: a new token, window ms
+EPOCH = _current_epoch("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]") + "return epoch\n"
+
+#: Registers a run in the replica's epoch (ARGV[8]). Answers {status, value}: {'ok', ''} when
+#: it claimed the chat; {'busy', run id} when the chat has an active run; {'epoch', epoch}
+#: when Redis's epoch is not the replica's (it must re-assert its own runs first); {'wait',
+#: ms left} while owners may re-assert their claims after a new epoch, for a chat that has
+#: records (ARGV[10] = '1'): a claim Redis lost may be re-asserted on it.
+#: KEYS: claim, meta, lease, active set, epoch, reclaiming; ARGV: run, chat, tenant, subject,
+#: replica, lease ms, agent, the replica's epoch, a new token, the chat has records
+REGISTER = (
+    _current_epoch("KEYS[5]", "KEYS[6]", "ARGV[9]", "ARGV[6]")
+    + """
+if epoch ~= ARGV[8] then return {'epoch', epoch} end
+local active = redis.call('GET', KEYS[1])
+if active then return {'busy', active} end
+if ARGV[10] == '1' then
+  local left = redis.call('PTTL', KEYS[6])
+  if left > 0 then return {'wait', tostring(left)} end
+end
+redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
   'replica', ARGV[5], 'status', 'running', 'fence', 1, 'agent', ARGV[7], 'waits', '[]')
 redis.call('SET', KEYS[3], ARGV[5] .. ':1', 'PX', ARGV[6])
 redis.call('SADD', KEYS[4], ARGV[1])
-return ''
+return {'ok', ''}
+"""
+)
+
+#: Re-asserts a run of the replica in Redis's epoch ARGV[8] after Redis lost its data: its
+#: chat's claim, its meta (status running, its fence, its waits) and its lease, unless Redis
+#: has the run. Answers 1 (the run is Redis's again), 0 (another run claimed the chat
+#: meanwhile: the replica lost it) or -1 (the epoch changed again: start over).
+#: KEYS: claim, meta, lease, active set, epoch; ARGV: run, chat, tenant, subject, replica,
+#: lease ms, agent, epoch, fence, waits
+REASSERT = """
+if redis.call('GET', KEYS[5]) ~= ARGV[8] then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
+local active = redis.call('GET', KEYS[1])
+if active and active ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'chat', ARGV[2], 'tenant', ARGV[3], 'subject', ARGV[4],
+  'replica', ARGV[5], 'status', 'running', 'fence', ARGV[9], 'agent', ARGV[7],
+  'waits', ARGV[10])
+redis.call('SET', KEYS[3], ARGV[5] .. ':' .. ARGV[9], 'PX', ARGV[6])
+redis.call('SADD', KEYS[4], ARGV[1])
+return 1
 """
 
 #: Appends events (seq, data pairs) when the fence holds (else 0; -2 when the run's meta is
