@@ -23,6 +23,7 @@ CONFIGURED = ProviderSettings(
     read_timeout_s=2.5,
     max_retries=5,
     retry_backoff_s=0.25,
+    max_retry_after_s=90,
     max_connections=3,
     secret_headers=("X-Org",),
     max_sse_line_bytes=1000,

@@ -65,6 +65,7 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         read_timeout_s=provider.read_timeout_s,
         max_retries=provider.max_retries,
         retry_backoff_s=provider.retry_backoff_s,
+        max_retry_after_s=provider.max_retry_after_s,
         max_connections=provider.max_connections,
         max_sse_line_bytes=provider.max_sse_line_bytes,
         max_sse_event_bytes=provider.max_sse_event_bytes,

@@ -49,6 +49,9 @@ class ProviderSettings(BaseModel):
     read_timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 0.5
+    # The longest wait before a retry: a `Retry-After` beyond it fails the call at once
+    # (naming it) instead of being cut short and refused again.
+    max_retry_after_s: float = Field(30.0, ge=0)
     max_connections: int = 200
     # Bounds of the provider's event stream; a provider that breaks one fails the run
     # with PROVIDER_ERROR: the longest line (1 MiB) and the largest data of one event (4 MiB).

@@ -63,11 +63,12 @@ class Gate:
 
 @dataclass(frozen=True, slots=True)
 class HttpError:
-    """As a script's only item: answer with this status instead of a stream."""
+    """As a script's only item: answer with this status and body instead of a stream."""
 
     status: int
     body: dict[str, Any] | str = ""
     headers: dict[str, str] | None = None
+    content_type: str = ""  # default: application/json for a dict, text/plain for a str
 
 
 ScriptItem: TypeAlias = dict[str, Any] | bytes | Pause | Gate | HttpError | _Marker
@@ -369,6 +370,7 @@ def _respond(writer: asyncio.StreamWriter, err: HttpError, keep_alive: bool) -> 
         body, ctype = err.body.encode(), "text/plain; charset=utf-8"
     else:
         body, ctype = json.dumps(err.body).encode(), "application/json"
+    ctype = err.content_type or ctype
     try:
         phrase = HTTPStatus(err.status).phrase
     except ValueError:

@@ -21,6 +21,11 @@ a `ProviderTimeout`. That second part is one watchdog per stream (`_ReadWatch`)
 rather than aiohttp's timer, which is cancelled and re-armed on every chunk
 received: the body's reads only note when they start waiting.
 
+A successful answer whose body is not an event stream (an HTML page from a
+proxy or a wrong base URL, a JSON completion from a server that ignored
+`stream`) fails the call with its content type and the start of its body; a
+body that ends inside an event fails it as a stream cut mid-event.
+
 The body is parsed with bounded lines and events (`max_sse_line_bytes`,
 `max_sse_event_bytes`): a provider that breaks a bound fails the call with a
 `ProviderError` naming it. Every secret the client knows (the API key, the
@@ -47,7 +52,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from pydantic import SecretStr
 from yarl import URL
 
-from service.core.errors import ProviderError, ProviderTimeout
+from service.core.errors import ProviderError, ProviderStreamError, ProviderTimeout
 from service.core.masking import SecretMask, is_secret_header, is_sensitive
 from service.core.model import ModelDelta, ModelRequest
 from service.providers import observer
@@ -71,6 +76,8 @@ _MAX_ERROR_BODY = 64 * 1024
 # TimeoutError covers aiohttp's connect and socket-read time-outs.
 _RETRYABLE_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 _DRAIN_S = 0.1  # after [DONE], wait this long for the end of the body, to reuse the connection
+_SHOWN_BODY = 120  # bytes of a body that is not an event stream quoted in the error
+_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,9 @@ class ProviderOptions:
     read_timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 0.5
+    # The longest wait before a retry, asked by the provider (`Retry-After`) or by the
+    # back-off; a longer `Retry-After` fails the call at once.
+    max_retry_after_s: float = 30.0
     max_connections: int = 200
     max_sse_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longest line of the event stream
     max_sse_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # largest data of one event
@@ -99,17 +109,10 @@ class ProviderOptions:
 class OpenAIChatClient:
     """`ModelClient` for one OpenAI-compatible provider (`key` names it in every error)."""
 
-    def __init__(
-        self,
-        key: str,
-        options: ProviderOptions,
-        *,
-        max_retry_delay_s: float = 30.0,
-    ) -> None:
+    def __init__(self, key: str, options: ProviderOptions) -> None:
         self.key = key
         self.options = options
         self.url = options.base_url.rstrip("/") + "/chat/completions"
-        self._max_delay = max_retry_delay_s
         headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
         api_key = options.api_key.get_secret_value()
         if api_key:
@@ -224,10 +227,13 @@ class OpenAIChatClient:
             assert err is not None
             if not err.retryable or attempt >= self.options.max_retries:
                 raise err
+            cap = self.options.max_retry_after_s
+            if retry_after_s is not None and retry_after_s > cap:
+                raise self._retry_after_error(err, retry_after_s)
             delay = self.options.retry_backoff_s * (2**attempt)
             if retry_after_s is not None:
                 delay = retry_after_s
-            delay = min(delay, self._max_delay)
+            delay = min(delay, cap)
             attempt += 1
             observer.current().retry(attempt, delay, err)
             await asyncio.sleep(delay)
@@ -256,6 +262,9 @@ class OpenAIChatClient:
             if not first:
                 err = ProviderError(self.key, "stream ended before completion", retryable=True)
                 return err, None, None
+            content_type = response.headers.get("Content-Type", "")
+            if not _is_event_stream(content_type, first):
+                return self._not_an_event_stream(content_type, first), None, None
             opened = True
             return None, None, (response, first)
         finally:
@@ -275,9 +284,23 @@ class OpenAIChatClient:
         key, mask = self.key, self._mask  # `parse_chunk(key, data, mask)`: no method frame
         finished = False
         error: ProviderError | None = None
+        lost = ""  # how the connection was lost, if it was
         try:
             while True:
-                for data in feed(chunk) if chunk else parser.flush():
+                if not chunk:  # end of body without [DONE]: what it left unterminated
+                    for data in parser.flush():
+                        if data == "[DONE]":
+                            return
+                        delta = self._last_event(data, lost)
+                        if delta is None:
+                            continue
+                        if delta.finish_reason is not None:
+                            finished = True
+                        yield delta
+                    if finished:
+                        return
+                    raise error or ProviderError(self.key, "stream ended before completion")
+                for data in feed(chunk):
                     if data == "[DONE]":
                         await _drain(body)
                         return
@@ -289,10 +312,6 @@ class OpenAIChatClient:
                     yield delta
                 if parser.error is not None:  # after the events completed before the breach
                     raise self._limit_error(parser.error)
-                if not chunk:  # end of body without [DONE]
-                    if finished:
-                        return
-                    raise error or ProviderError(self.key, "stream ended before completion")
                 try:
                     reading()
                     chunk = await body.readany()
@@ -307,8 +326,50 @@ class OpenAIChatClient:
                             self.key, f"no data within the read time-out of {timeout}s"
                         ) from exc
                     error = self._transport_error(exc, "stream ended before completion")
+                    lost = self._mask(f"{type(exc).__name__}: {exc}".rstrip(": "))
         finally:
             watch.close()
+
+    def _last_event(self, data: str, lost: str) -> ModelDelta | None:
+        """The delta of an event the body ended without terminating (some servers omit the
+        last blank line); one that does not decode was cut mid-event (`lost`: how the
+        connection was lost, "" for a body that ended cleanly)."""
+        try:
+            return parse_chunk(self.key, data, self._mask)
+        except ProviderStreamError:
+            raise
+        except ProviderError:
+            size = len(data.encode())
+            how = f" ({lost})" if lost else ""
+            raise ProviderError(
+                self.key,
+                f"stream cut mid-event before completion: the body ended{how} inside an "
+                f"event, after {size} bytes of it",
+            ) from None
+
+    def _retry_after_error(self, refused: ProviderError, retry_after_s: float) -> ProviderError:
+        """The call's refusal when its `Retry-After` is beyond the retry cap: not retried."""
+        what = "rate-limited the call" if refused.status == 429 else "refused the call"
+        detail = refused.message.partition(": ")[2]
+        cap = self.options.max_retry_after_s
+        return ProviderError(
+            self.key,
+            f"{what} ({detail}): Retry-After {retry_after_s:g} s exceeds the retry cap of "
+            f"{cap:g} s (the provider's max_retry_after_s setting)",
+            status=refused.status,
+        )
+
+    def _not_an_event_stream(self, content_type: str, first: bytes) -> ProviderError:
+        """A successful answer whose body is not an event stream (not retried)."""
+        shown = " ".join(first[:_SHOWN_BODY].decode("utf-8", "replace").split())
+        shown = self._mask(shown)
+        more = "…" if len(first) > _SHOWN_BODY else ""
+        return ProviderError(
+            self.key,
+            f"the answer is not an event stream: HTTP 200 with Content-Type "
+            f"{content_type or '(none)'!r}, body starting {shown + more!r}",
+            status=200,
+        )
 
     def _limit_error(self, exc: SSELimitExceeded) -> ProviderError:
         setting = f"max_sse_{exc.limit}_bytes"
@@ -412,6 +473,15 @@ def _sensitive_values(value: Any) -> list[str]:
     if isinstance(value, list | tuple):
         return [s for v in value for s in _sensitive_values(v)]
     return []
+
+
+def _is_event_stream(content_type: str, first: bytes) -> bool:
+    """Whether a successful answer is an event stream: so labelled, or (a mislabelled one)
+    its first bytes begin with an SSE field."""
+    if content_type.partition(";")[0].strip().lower() == "text/event-stream":
+        return True
+    head = first.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")[:6]
+    return any(field.startswith(head) or head.startswith(field) for field in _SSE_FIELDS)
 
 
 async def _read_bounded(body: aiohttp.StreamReader) -> bytes:
