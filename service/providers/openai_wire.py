@@ -14,6 +14,7 @@ streams them interleaved, and the others are ignored.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import re
 import time
@@ -26,8 +27,10 @@ from service.core.errors import ProviderError, ProviderStreamError
 from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
 
 __all__ = [
+    "OpenAIWire",
     "ReasoningStyle",
     "encode_body",
+    "error_code",
     "error_message",
     "parse_chunk",
     "request_body",
@@ -80,9 +83,37 @@ def request_body(
         body["chat_template_kwargs"] = {"enable_thinking": on}
     elif reasoning_style == "think":
         body["think"] = on
-    _merge(body, extra_body)
-    _merge(body, request.extra_body)
+    merge(body, extra_body)
+    merge(body, request.extra_body)
     return body
+
+
+class OpenAIWire:
+    """The OpenAI chat-completions wire (`service.providers.http.Wire`)."""
+
+    done_data: str | None = "[DONE]"
+
+    def __init__(self, reasoning_style: ReasoningStyle, extra_body: Mapping[str, Any]) -> None:
+        self.reasoning_style = reasoning_style
+        self.extra_body = extra_body
+
+    def url(self, base_url: str, request: ModelRequest) -> str:
+        return base_url + "/chat/completions"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        return request_body(request, self.reasoning_style, self.extra_body)
+
+    def decoder(
+        self, provider: str, scrub: Callable[[str], str]
+    ) -> Callable[[str], ModelDelta | None]:
+        return functools.partial(_parse, provider, scrub)
+
+
+def _parse(provider: str, scrub: Callable[[str], str], data: str) -> ModelDelta | None:
+    return parse_chunk(provider, data, scrub)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
@@ -113,7 +144,7 @@ def parse_chunk(provider: str, data: str, scrub: Callable[[str], str] = str) -> 
         raise ProviderError(provider, f"unexpected stream payload: {shown!r}")
     if obj.get("error"):
         err = obj["error"]
-        msg = _message_of(obj) or _text_of(err)
+        msg = message_of(obj) or _text_of(err)
         code = err.get("code") if isinstance(err, dict) else None
         status = code if isinstance(code, int) and 100 <= code <= 599 else None
         raise ProviderStreamError(provider, f"stream error: {_clip(msg, scrub)}", status=status)
@@ -130,10 +161,27 @@ def error_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
     """
     text = raw.decode("utf-8", "replace").strip()
     try:
-        msg = _message_of(json.loads(text))
+        msg = message_of(json.loads(text))
     except (ValueError, RecursionError):
         msg = ""
     return _clip(msg or text, scrub) or "(empty body)"
+
+
+def error_code(raw: bytes) -> str:
+    """The provider's code of an error body (`error.code`, `error.type` or `error.status`:
+    OpenAI, Anthropic and Gemini put it there), or ""."""
+    try:
+        obj = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return ""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    for key in ("code", "type", "status"):
+        value = err.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def retry_after(value: str | None) -> float | None:
@@ -329,7 +377,7 @@ def _text_of(value: Any) -> str:
         return f"({_kind(value)} nested too deeply to show)"
 
 
-def _message_of(obj: Any) -> str:
+def message_of(obj: Any) -> str:
     """`error.message` (or `message`/`msg`/`detail`, or a string `error`) of a JSON error."""
     if not isinstance(obj, dict):
         return ""
@@ -343,10 +391,10 @@ def _message_of(obj: Any) -> str:
     return ""
 
 
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+def merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
             into[k] = dict(into[k])
-            _merge(into[k], v)
+            merge(into[k], v)
         else:
             into[k] = v

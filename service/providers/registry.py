@@ -7,14 +7,20 @@ from collections.abc import Mapping
 
 from service.core.errors import ProviderNotConfigured
 from service.core.model import ModelClient
+from service.providers.http import ProviderOptions, StreamingClient
 from service.providers.interaction_log import LoggedModel
-from service.providers.openai import OpenAIChatClient, ProviderOptions
+from service.providers.openai import OpenAIChatClient
+
+
+def open_client(key: str, options: ProviderOptions) -> StreamingClient:
+    """The client of a provider."""
+    return OpenAIChatClient(key, options)
 
 
 class ProviderRegistry:
     """Key → ModelClient, with the default provider and each provider's default model.
 
-    `providers` are the OpenAI-compatible providers to open a client for;
+    `providers` are the providers to open a client for (each speaking its API);
     `log_enabled` and `log_mask` switch the interaction log and its masking: when it is
     on, every client, opened here or registered, is wrapped in a `LoggedModel`.
     """
@@ -32,15 +38,14 @@ class ProviderRegistry:
         self._default = default_provider
         self._log_enabled, self._log_mask = log_enabled, log_mask
         for key, options in (providers or {}).items():
-            client = OpenAIChatClient(key, options)
-            self.register(key, client, default_model=options.default_model)
+            self.register(key, open_client(key, options), default_model=options.default_model)
 
     def register(self, key: str, client: ModelClient, *, default_model: str | None = None) -> None:
         """Add (or replace) a provider, logged when the interaction log is on; its default
         model defaults to its options' one."""
         if default_model is None:
             default_model = (
-                client.options.default_model if isinstance(client, OpenAIChatClient) else ""
+                client.options.default_model if isinstance(client, StreamingClient) else ""
             )
         if self._log_enabled:
             client = LoggedModel(client, mask_sensitive=self._log_mask)
