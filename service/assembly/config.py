@@ -24,15 +24,31 @@ from pydantic_settings import (
 )
 
 from service.process.eventloop import EventLoopChoice
+from service.providers.http import ApiName
 from service.providers.openai_wire import ReasoningStyle
+
+#: The base URL of a provider that sets none, by the API it speaks.
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "anthropic": "https://api.anthropic.com/v1",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+}
 
 
 class ProviderSettings(BaseModel):
-    """One OpenAI-compatible provider."""
+    """One provider: an OpenAI-compatible endpoint, Anthropic's Messages API or Gemini's."""
 
-    base_url: str = Field(description="Base URL up to /v1, e.g. https://api.openai.com/v1")
+    # The wire it speaks: "openai" (chat completions, and every compatible server),
+    # "anthropic" (the Messages API) or "gemini" (streamGenerateContent).
+    api: ApiName = "openai"
+    base_url: str = Field(
+        "",
+        description="Base URL up to the API version, e.g. https://api.openai.com/v1 "
+        "(default for anthropic and gemini: their public endpoints)",
+    )
     api_key: SecretStr = SecretStr("")
     default_model: str = ""
+    # The answer's length when an agent sets no max_tokens, for APIs that need one (Anthropic).
+    max_tokens: int = Field(8192, gt=0)
     # How this provider switches reasoning on:
     #   reasoning_effort     -> {"reasoning_effort": "low|medium|high"} (OpenAI o-series, DeepSeek)
     #   enable_thinking      -> {"enable_thinking": true} (Qwen / Bailian, SiliconFlow)
@@ -59,6 +75,14 @@ class ProviderSettings(BaseModel):
     max_sse_event_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Whether the provider's models accept image content parts (uploaded images are sent).
     image_input: bool = False
+
+    @model_validator(mode="after")
+    def _base_url(self) -> ProviderSettings:
+        if not self.base_url:
+            if self.api not in DEFAULT_BASE_URLS:
+                raise ValueError("an OpenAI-compatible provider needs its base_url")
+            self.base_url = DEFAULT_BASE_URLS[self.api]
+        return self
 
 
 class ModelPrice(BaseModel):

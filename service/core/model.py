@@ -70,15 +70,27 @@ class ToolCallDelta:
     arguments: str = ""
 
 
+#: The key, in an assistant message, of what its API needs given back to continue the
+#: conversation after it (`ModelDelta.signatures`, collected over the turn).
+SIGNATURES = "_signatures"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelDelta:
-    """Everything one upstream chunk carried."""
+    """Everything one upstream chunk carried.
+
+    `signatures` are what the API needs given back with the turn's assistant message
+    to continue the conversation — a thinking block's signature, a thought signature —
+    kept with the message (`SIGNATURES`) and never shown: each is a JSON object whose
+    `api` names the API that made it, the rest is that API's business.
+    """
 
     reasoning: str | None = None
     content: str | None = None
     tool_calls: tuple[ToolCallDelta, ...] = ()
     finish_reason: str | None = None
     usage: Usage | None = None
+    signatures: tuple[dict[str, Any], ...] = ()
 
 
 class ModelClient(Protocol):

@@ -56,7 +56,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
@@ -92,6 +92,11 @@ _SHOWN_BODY = 120  # bytes of a body that is not an event stream quoted in the e
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
 
+ApiName = Literal["openai", "anthropic", "gemini"]
+"""The wire format a provider speaks: OpenAI chat completions (and compatible servers),
+Anthropic's Messages API, Google's Gemini API."""
+
+
 @dataclass(frozen=True)
 class ProviderOptions:
     """What the client of one provider reads; `service.assembly.app` builds it."""
@@ -99,7 +104,10 @@ class ProviderOptions:
     base_url: str  # up to the API version, e.g. https://api.openai.com/v1
     api_key: SecretStr = field(default_factory=lambda: SecretStr(""))
     default_model: str = ""
+    api: ApiName = "openai"
     reasoning_style: ReasoningStyle = "reasoning_effort"  # OpenAI-compatible APIs only
+    # The answer's length when a request sets none, for APIs that need one (Anthropic).
+    max_tokens: int = 8192
     # Merged into every body; sent with every request (may hold secrets: not in the repr).
     extra_body: Mapping[str, Any] = field(default_factory=dict, repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from service.core.errors import ProviderError, ProviderStreamError
-from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
+from service.core.model import SIGNATURES, ModelDelta, ModelRequest, ToolCallDelta, Usage
 
 __all__ = [
     "OpenAIWire",
@@ -59,7 +59,7 @@ def request_body(
     """
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": request.messages,
+        "messages": plain_messages(request.messages),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -86,6 +86,14 @@ def request_body(
     merge(body, extra_body)
     merge(body, request.extra_body)
     return body
+
+
+def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without what other APIs keep in them to continue a conversation (an
+    assistant message's `_signatures`): OpenAI refuses fields it does not know."""
+    if not any(SIGNATURES in m for m in messages):
+        return messages
+    return [{k: v for k, v in m.items() if k != SIGNATURES} for m in messages]
 
 
 class OpenAIWire:

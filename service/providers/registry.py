@@ -7,13 +7,19 @@ from collections.abc import Mapping
 
 from service.core.errors import ProviderNotConfigured
 from service.core.model import ModelClient
+from service.providers.anthropic_wire import AnthropicWire
+from service.providers.gemini_wire import GeminiWire
 from service.providers.http import ProviderOptions, StreamingClient
 from service.providers.interaction_log import LoggedModel
 from service.providers.openai import OpenAIChatClient
 
 
 def open_client(key: str, options: ProviderOptions) -> StreamingClient:
-    """The client of a provider."""
+    """The client of a provider, speaking its API."""
+    if options.api == "anthropic":
+        return StreamingClient(key, options, AnthropicWire(options.max_tokens, options.extra_body))
+    if options.api == "gemini":
+        return StreamingClient(key, options, GeminiWire(options.extra_body))
     return OpenAIChatClient(key, options)
 
 

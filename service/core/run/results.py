@@ -8,6 +8,7 @@ see it when the turn ends.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.core.model import Usage
 from service.core.tools.definitions import ToolKind
@@ -47,3 +48,6 @@ class TurnResult:
     hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
     task_id: str = ""  # the plan task the turn worked for, if any
     parent_tool_id: str = ""  # the subagent call whose nested run made the turn, if any
+    # What the API needs given back with the turn to continue after it (thinking
+    # signatures, thought signatures): kept with its assistant message, never shown.
+    signatures: list[dict[str, Any]] = field(default_factory=list)

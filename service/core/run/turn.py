@@ -173,6 +173,8 @@ async def stream_turn(
                     result.finish_reason = delta.finish_reason
                 if delta.usage is not None:
                     result.usage = delta.usage
+                if delta.signatures:
+                    result.signatures += delta.signatures
         close_text()
         for call in calls.values():  # parallel calls stay open until the turn's stream ends
             emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
