@@ -10,7 +10,15 @@ from typing import Any
 
 from service import state
 from service.assembly import security
-from service.assembly.config import McpServerSettings, ProviderSettings, Settings
+from service.assembly.config import (
+    AliasSettings,
+    DeploymentSettings,
+    McpServerSettings,
+    ModelPrice,
+    ProviderSettings,
+    Settings,
+)
+from service.assembly.models import model_catalog
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
@@ -30,6 +38,9 @@ from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 from service.providers.registry import ProviderRegistry
+from service.providers.routing.deployment import AliasOptions, DeploymentOptions
+from service.providers.routing.limits import Limiter, LocalLimiter
+from service.providers.routing.redis_limits import RedisLimiter
 from service.toolsources.http import HttpTools
 from service.toolsources.mcp import McpServer, McpServerOptions
 from service.transport.server import GrpcServer
@@ -37,12 +48,22 @@ from service.transport.server import GrpcServer
 log = logging.getLogger("agw")
 
 
+def price(p: ModelPrice) -> Price:
+    return Price(p.input_per_million, p.output_per_million, p.cached_input_per_million)
+
+
+def model_prices(settings: Settings) -> dict[str, ModelPrice]:
+    """The price table: `prices`, and the price of each deployment's model it leaves out."""
+    prices = dict(settings.prices)
+    for deployment in settings.deployments.values():
+        if deployment.price is not None:
+            prices.setdefault(deployment.model, deployment.price)
+    return prices
+
+
 def pricing(settings: Settings) -> Pricing:
     """The cost of a call from the configured price table (None for an unpriced model)."""
-    prices = {
-        model: Price(p.input_per_million, p.output_per_million, p.cached_input_per_million)
-        for model, p in settings.prices.items()
-    }
+    prices = {model: price(p) for model, p in model_prices(settings).items()}
 
     def cost(model: str, usage: Usage) -> float | None:
         price = prices.get(model)
@@ -71,6 +92,55 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         max_connections=provider.max_connections,
         max_sse_line_bytes=provider.max_sse_line_bytes,
         max_sse_event_bytes=provider.max_sse_event_bytes,
+    )
+
+
+def deployment_options(name: str, deployment: DeploymentSettings) -> DeploymentOptions:
+    """What one configured deployment of model aliases reads."""
+    return DeploymentOptions(
+        name=name,
+        provider=deployment.provider,
+        model=deployment.model,
+        key=deployment.key,
+        weight=deployment.weight,
+        rpm=deployment.rpm,
+        tpm=deployment.tpm,
+        context_length=deployment.context_length,
+        price=price(deployment.price) if deployment.price is not None else None,
+        max_retries=deployment.max_retries,
+        cooldown_s=deployment.cooldown_s,
+        max_cooldown_s=deployment.max_cooldown_s,
+    )
+
+
+def alias_options(name: str, alias: AliasSettings) -> AliasOptions:
+    return AliasOptions(
+        name=name,
+        deployments=tuple(alias.deployments),
+        strategy=alias.strategy,
+        restart_on_failure=alias.restart_on_failure,
+    )
+
+
+def routing_limiter(settings: Settings) -> Limiter:
+    """Where the deployments' limits are counted: in Redis when the replicas share one
+    (the Redis run bus), else in this process."""
+    if settings.run_bus == "redis" and settings.aliases:
+        return RedisLimiter(settings.redis_url.get_secret_value())
+    return LocalLimiter()
+
+
+def open_providers(settings: Settings) -> ProviderRegistry:
+    """The providers and model aliases of the settings."""
+    return ProviderRegistry(
+        {key: provider_options(p) for key, p in settings.providers.items()},
+        default_provider=settings.default_provider,
+        log_enabled=settings.interaction_log_enabled,
+        log_mask=settings.interaction_log_mask_sensitive,
+        deployments=[deployment_options(n, d) for n, d in settings.deployments.items()],
+        aliases=[alias_options(n, a) for n, a in settings.aliases.items()],
+        keys={key: p.keys for key, p in settings.providers.items() if p.keys},
+        limiter=routing_limiter(settings),
     )
 
 
@@ -117,12 +187,7 @@ class App:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.providers = ProviderRegistry(
-            {key: provider_options(p) for key, p in settings.providers.items()},
-            default_provider=settings.default_provider,
-            log_enabled=settings.interaction_log_enabled,
-            log_mask=settings.interaction_log_mask_sensitive,
-        )
+        self.providers = open_providers(settings)
         self.agents = AgentRegistry(settings.agents_dir)
         self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
         self.skills = SkillRegistry(settings.skills_dir)
@@ -180,7 +245,7 @@ class App:
                 inline_text_bytes=settings.upload_inline_text_bytes,
                 middlewares=tuple(load_middlewares(settings.middlewares, settings)),
                 debug_level=DebugLevel[settings.debug_level.upper()],
-                pricing=pricing(settings) if settings.prices else None,
+                pricing=pricing(settings) if model_prices(settings) else None,
                 currency=settings.currency,
             ),
         )
@@ -197,6 +262,7 @@ class App:
             tls=self.tls,
             heartbeat_s=settings.grpc_heartbeat_s,
             reuse_port=settings.reuse_port,
+            models=model_catalog(self.providers),
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None

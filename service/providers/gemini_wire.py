@@ -35,7 +35,7 @@ from service.core.errors import ProviderError, ProviderStreamError
 from service.core.model import SIGNATURES, ModelDelta, ModelRequest, ToolCallDelta, Usage
 from service.providers.openai_wire import merge, message_of
 
-__all__ = ["GeminiStream", "GeminiWire", "request_body"]
+__all__ = ["GeminiStream", "GeminiWire", "PromptBlocked", "request_body"]
 
 API = "gemini"  # the `api` of the signatures this wire keeps
 #: The thought signature of a function call the API did not write (from another API):
@@ -51,6 +51,11 @@ FILTERED = frozenset(
 FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 
 _MAX_QUOTED = 200
+
+
+class PromptBlocked(ProviderError):
+    """The API refused the prompt itself (its reason: PROVIDER_ERROR): another model of
+    an alias would not be asked it."""
 
 
 class GeminiWire:
@@ -276,7 +281,7 @@ class GeminiStream:
                 reason = str(feedback["blockReason"])
                 why = feedback.get("blockReasonMessage")
                 detail = f"{reason}: {self.scrub(str(why))}" if why else reason
-                raise ProviderError(self.provider, f"the prompt was blocked ({detail})")
+                raise PromptBlocked(self.provider, f"the prompt was blocked ({detail})")
             return None
         if not isinstance(candidates, list) or not isinstance(candidates[0], dict):
             raise _Malformed("candidates is not a list of objects")

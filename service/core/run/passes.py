@@ -63,8 +63,17 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
     pieces: list[str] = []
     error: BaseException | None = None
     try:
-        async with client.stream(request) as deltas:
+        stream = client.stream(request)
+        observer.opened()
+        async with stream as deltas:
             async for delta in deltas:
+                if delta.restart is not None:  # starts over elsewhere: its block so far is void
+                    if result.reasoning_id:
+                        out.emit(events.reasoning_end(result.reasoning_id))
+                    result.reasoning_id = ""
+                    pieces.clear()
+                    observer.restarted(delta.restart)
+                    continue
                 piece = delta.content or delta.reasoning
                 if piece:
                     if not result.reasoning_id:
