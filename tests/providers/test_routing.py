@@ -570,3 +570,65 @@ async def test_list_models_over_grpc_and_http(
         ("c", "healthy"),
     ]
     assert shown[0]["reason"] == "provider 'pa': HTTP 503: down"
+
+
+async def test_a_cancelled_call_closes_its_upstream_and_frees_its_deployment(
+    agents: Path, servers: dict[str, LoopbackProvider]
+) -> None:
+    hold = asyncio.Event()
+    servers["a"].enqueue([content("Hel"), Gate(hold), content("lo"), finish("stop"), DONE])
+    async with routed(agents, servers) as gateway:
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="routed", message="hi"))
+        seen = []
+        async for event in call:
+            seen.append(event)
+            if event.type == "content.delta":
+                await gateway.stub.Cancel(gw.CancelRequest(run_id=event.run_id))
+        await servers["a"].wait_disconnects(1, timeout=2.0)
+        status = await gateway.stub.ListModels(gw.ListModelsRequest())
+        hold.set()
+    assert [e.type for e in seen][-2:] == ["content.end", "run.cancel"]
+    a = status.aliases[0].deployments[0]
+    assert (a.state, a.in_flight, a.calls, a.failures) == ("healthy", 0, 1, 0)
+
+
+def test_settings_refuse_routes_to_nowhere() -> None:
+    from pydantic import ValidationError
+
+    from service.assembly.config import Settings
+
+    provider = {"p": ProviderSettings(base_url="http://x/v1", keys={"team": "sk-t"})}
+    cases = [
+        (
+            {"deployments": {"d": DeploymentSettings(provider="q", model="m")}},
+            "deployment 'd': provider 'q' is not configured",
+        ),
+        (
+            {"deployments": {"d": DeploymentSettings(provider="p", model="m", key="other")}},
+            "deployment 'd': provider 'p' has no key 'other'",
+        ),
+        (
+            {"aliases": {"smart": AliasSettings(deployments=["d"])}},
+            "alias 'smart': unknown deployments d",
+        ),
+        (
+            {
+                "deployments": {"d": DeploymentSettings(provider="p", model="m")},
+                "aliases": {"p": AliasSettings(deployments=["d"])},
+            },
+            "alias 'p': a provider has this name",
+        ),
+    ]
+    for fields, message in cases:
+        with pytest.raises(ValidationError, match=message):
+            Settings(providers=provider, **fields)
+    assert (
+        Settings(
+            providers=provider,
+            deployments={"d": DeploymentSettings(provider="p", model="m", key="team")},
+            aliases={"smart": AliasSettings(deployments=["d"])},
+        )
+        .aliases["smart"]
+        .strategy
+        == "ordered"
+    )
