@@ -28,12 +28,21 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
-from service.core.errors import ProviderError, ProviderStreamError
+from service.core.errors import ProviderError
 from service.core.model import SIGNATURES, ModelDelta, ModelRequest, ToolCallDelta, Usage
 from service.providers.http import END
-from service.providers.openai_wire import merge, message_of
+from service.providers.openai_wire import (
+    Malformed,
+    append_turn,
+    count,
+    load_object,
+    merge,
+    named_tool,
+    object_field,
+    sampling,
+    stream_error,
+    string_field,
+)
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicStream", "AnthropicWire", "request_body"]
 
@@ -52,8 +61,6 @@ FINISH = {
     "refusal": "content_filter",
     "model_context_window_exceeded": "length",
 }
-
-_MAX_QUOTED = 200
 
 
 class AnthropicWire:
@@ -97,11 +104,8 @@ def request_body(
         budget = max(MIN_BUDGET, min(BUDGETS[request.reasoning.effort], max_tokens - 1))
         max_tokens = max(max_tokens, budget + 1)
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    else:
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
+    else:  # the API refuses a temperature (and most top_p) with thinking
+        body.update(sampling(request))  # its max_tokens is set below
     body["max_tokens"] = max_tokens
     merge(body, extra_body)
     merge(body, request.extra_body)
@@ -132,27 +136,17 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         if role == "system":
             system += _text_blocks(message.get("content"))
         elif role == "user":
-            _append(out, "user", _user_blocks(message.get("content")))
+            append_turn(out, "user", _user_blocks(message.get("content")), "content")
         elif role == "assistant":
-            _append(out, "assistant", _assistant_blocks(message))
+            append_turn(out, "assistant", _assistant_blocks(message), "content")
         elif role == "tool":
             result = {
                 "type": "tool_result",
                 "tool_use_id": message.get("tool_call_id") or "",
                 "content": _text_blocks(message.get("content")) or [{"type": "text", "text": ""}],
             }
-            _append(out, "user", [result])
+            append_turn(out, "user", [result], "content")
     return system, out
-
-
-def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    """Add blocks as a message of `role`, merged into the last one when it has that role."""
-    if not blocks:
-        return
-    if out and out[-1]["role"] == role:
-        out[-1]["content"] += blocks
-    else:
-        out.append({"role": role, "content": blocks})
 
 
 def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -236,18 +230,14 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+CHOICES = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"}}
+
+
 def _tool_choice(choice: Any) -> dict[str, Any] | None:
-    if choice == "auto":
-        return {"type": "auto"}
-    if choice == "none":
-        return {"type": "none"}
-    if choice == "required":
-        return {"type": "any"}
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if name:
-            return {"type": "tool", "name": name}
-    return None
+    if isinstance(choice, str) and choice in CHOICES:
+        return dict(CHOICES[choice])
+    name = named_tool(choice)
+    return {"type": "tool", "name": name} if name else None
 
 
 class AnthropicStream:
@@ -264,13 +254,7 @@ class AnthropicStream:
         self._input: dict[str, Any] = {}  # message_start's usage
 
     def __call__(self, data: str) -> ModelDelta | None:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            shown = self._quote(data)
-            raise ProviderError(self.provider, f"invalid JSON in stream: {shown}") from None
-        if not isinstance(event, dict):
-            raise ProviderError(self.provider, f"unexpected stream payload: {self._quote(data)}")
+        event = load_object(self.provider, data, self.scrub)
         kind = event.get("type")
         try:
             if kind == "content_block_delta":
@@ -282,68 +266,62 @@ class AnthropicStream:
             if kind == "message_delta":
                 return self._message_delta(event)
             if kind == "message_start":
-                message = _object(event, "message")
-                self._input = _object(message, "usage", "message.usage")
+                message = object_field(event, "message")
+                self._input = object_field(message, "usage", "message")
                 return None
             if kind == "message_stop":
                 return END
             if kind == "error":
-                err = event.get("error")
-                what = err.get("type", "") if isinstance(err, dict) else ""
-                text = message_of(event) or json.dumps(err)
-                shown = self.scrub(f"{what}: {text}" if what else text)
-                raise ProviderStreamError(self.provider, f"stream error: {shown[:500]}")
-        except _Malformed as exc:
+                stream_error(self.provider, event, self.scrub)
+        except Malformed as exc:
             raise ProviderError(self.provider, f"malformed stream event: {exc}") from None
         return None  # ping, and events of features this wire does not use
 
     def _delta(self, event: dict[str, Any]) -> ModelDelta | None:
         index = _index(event)
-        delta = _object(event, "delta")
+        delta = object_field(event, "delta")
         kind = delta.get("type")
         if kind == "text_delta":
-            text = _string(delta, "text", "delta.text")
+            text = string_field(delta, "text", "delta")
             return ModelDelta(content=text) if text else None
         if kind == "thinking_delta":
-            text = _string(delta, "thinking", "delta.thinking")
+            text = string_field(delta, "thinking", "delta")
             if not text:
                 return None
             self._thinking.setdefault(index, []).append(text)
             return ModelDelta(reasoning=text)
         if kind == "input_json_delta":
-            fragment = _string(delta, "partial_json", "delta.partial_json")
+            fragment = string_field(delta, "partial_json", "delta")
             call = self._calls.get(index)
             if call is None:
-                raise _Malformed(f"input_json_delta for block {index}, which is not a tool_use")
+                raise Malformed(f"input_json_delta's block {index}", "", "a tool_use block")
             return (
                 ModelDelta(tool_calls=(ToolCallDelta(call, arguments=fragment),))
                 if fragment
                 else None
             )
         if kind == "signature_delta":
-            self._signature.setdefault(index, []).append(
-                _string(delta, "signature", "delta.signature")
-            )
+            self._signature.setdefault(index, []).append(string_field(delta, "signature", "delta"))
         return None  # citations, and a signature (given whole when its block ends)
 
     def _start(self, event: dict[str, Any]) -> ModelDelta | None:
         index = _index(event)
-        block = _object(event, "content_block")
+        block = object_field(event, "content_block")
         kind = block.get("type")
         if kind == "tool_use":
             call = self._calls[index] = len(self._calls)
-            call_id = _string(block, "id", "content_block.id")
-            name = _string(block, "name", "content_block.name")
+            call_id = string_field(block, "id", "content_block")
+            name = string_field(block, "name", "content_block")
             return ModelDelta(tool_calls=(ToolCallDelta(call, call_id or None, name or None),))
         if kind == "text":
-            text = _string(block, "text", "content_block.text")
+            text = string_field(block, "text", "content_block")
             return ModelDelta(content=text) if text else None
         if kind == "thinking":
-            text = _string(block, "thinking", "content_block.thinking")
+            text = string_field(block, "thinking", "content_block")
             self._thinking[index] = [text]
             return ModelDelta(reasoning=text) if text else None
         if kind == "redacted_thinking":
-            data = _string(block, "data", "content_block.data")
+            data = string_field(block, "data", "content_block")
             return ModelDelta(signatures=({"api": API, "type": "redacted_thinking", "data": data},))
         return None  # server tools and their results: not relayed
 
@@ -361,11 +339,9 @@ class AnthropicStream:
         return ModelDelta(signatures=(item,))
 
     def _message_delta(self, event: dict[str, Any]) -> ModelDelta:
-        delta = _object(event, "delta")
-        stop = delta.get("stop_reason")
-        if stop is not None and not isinstance(stop, str):
-            raise _Malformed(f"delta.stop_reason is {type(stop).__name__}, expected a string")
-        usage = _object(event, "usage")
+        delta = object_field(event, "delta")
+        stop = string_field(delta, "stop_reason", "delta")
+        usage = object_field(event, "usage")
         return ModelDelta(
             finish_reason=FINISH.get(stop, stop) if stop else None, usage=self._usage(usage)
         )
@@ -373,53 +349,18 @@ class AnthropicStream:
     def _usage(self, final: dict[str, Any]) -> Usage:
         """The call's usage: message_start's counts, updated by message_delta's."""
         counts = {**self._input, **{k: v for k, v in final.items() if v is not None}}
-        fresh = _count(counts, "input_tokens")
-        written = _count(counts, "cache_creation_input_tokens")
-        read = _count(counts, "cache_read_input_tokens")
-        output = _count(counts, "output_tokens")
-        details = counts.get("output_tokens_details")
-        thinking = _count(details, "thinking_tokens") if isinstance(details, dict) else 0
+        fresh = count(counts, "input_tokens", "usage")
+        written = count(counts, "cache_creation_input_tokens", "usage")
+        read = count(counts, "cache_read_input_tokens", "usage")
+        output = count(counts, "output_tokens", "usage")
+        details = object_field(counts, "output_tokens_details", "usage")
+        thinking = count(details, "thinking_tokens", "usage.output_tokens_details")
         prompt = fresh + written + read
         return Usage(prompt, output, prompt + output, thinking, read)
-
-    def _quote(self, data: str) -> str:
-        text = self.scrub(data)
-        return repr(text[:_MAX_QUOTED] + "…" if len(text) > _MAX_QUOTED else text)
-
-
-class _Malformed(Exception):
-    """An event field has the wrong type or refers to a block that does not exist."""
 
 
 def _index(event: dict[str, Any]) -> int:
     index = event.get("index")
     if type(index) is not int or index < 0:
-        raise _Malformed(f"index is {index!r}, expected a non-negative integer")
+        raise Malformed("index", index, "a non-negative integer")
     return index
-
-
-def _object(obj: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Malformed(f"{where or key} is {type(value).__name__}, expected an object")
-    return value
-
-
-def _string(obj: dict[str, Any], key: str, where: str) -> str:
-    value = obj.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _Malformed(f"{where} is {type(value).__name__}, expected a string")
-    return value
-
-
-def _count(obj: dict[str, Any], key: str) -> int:
-    value = obj.get(key)
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Malformed(f"usage.{key} is {value!r}, expected a non-negative integer")
-    return value

@@ -29,11 +29,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-import orjson
-
-from service.core.errors import ProviderError, ProviderStreamError
+from service.core.errors import ProviderError
 from service.core.model import SIGNATURES, ModelDelta, ModelRequest, ToolCallDelta, Usage
-from service.providers.openai_wire import merge, message_of
+from service.providers.openai_wire import (
+    Malformed,
+    append_turn,
+    count,
+    load_object,
+    merge,
+    named_tool,
+    object_field,
+    sampling,
+    stream_error,
+    string_field,
+)
 
 __all__ = ["GeminiStream", "GeminiWire", "PromptBlocked", "request_body"]
 
@@ -49,8 +58,6 @@ FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
 )
 FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
-
-_MAX_QUOTED = 200
 
 
 class PromptBlocked(ProviderError):
@@ -91,13 +98,7 @@ def request_body(request: ModelRequest, extra_body: Mapping[str, Any]) -> dict[s
         config = _calling_config(request.tool_choice)
         if config is not None:
             body["toolConfig"] = {"functionCallingConfig": config}
-    generation: dict[str, Any] = {}
-    if request.temperature is not None:
-        generation["temperature"] = request.temperature
-    if request.top_p is not None:
-        generation["topP"] = request.top_p
-    if request.max_tokens is not None:
-        generation["maxOutputTokens"] = request.max_tokens
+    generation = sampling(request, top_p="topP", max_tokens="maxOutputTokens")
     if request.reasoning.enabled:
         budget = BUDGETS[request.reasoning.effort]
         generation["thinkingConfig"] = {"includeThoughts": True, "thinkingBudget": budget}
@@ -120,9 +121,9 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[list[str], list[dict[
             if text:
                 system.append(text)
         elif role == "user":
-            _append(contents, "user", _user_parts(message.get("content")))
+            append_turn(contents, "user", _user_parts(message.get("content")), "parts")
         elif role == "assistant":
-            _append(contents, "model", _model_parts(message, names))
+            append_turn(contents, "model", _model_parts(message, names), "parts")
         elif role == "tool":
             call_id = str(message.get("tool_call_id") or "")
             response = {
@@ -130,17 +131,8 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[list[str], list[dict[
                 "name": names.get(call_id, ""),
                 "response": _response(_text(message.get("content"))),
             }
-            _append(contents, "user", [{"functionResponse": response}])
+            append_turn(contents, "user", [{"functionResponse": response}], "parts")
     return system, contents
-
-
-def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
-    if not parts:
-        return
-    if contents and contents[-1]["role"] == role:
-        contents[-1]["parts"] += parts
-    else:
-        contents.append({"role": role, "parts": parts})
 
 
 def _model_parts(message: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
@@ -233,18 +225,14 @@ def _declaration(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
+
+
 def _calling_config(choice: Any) -> dict[str, Any] | None:
-    if choice == "auto":
-        return {"mode": "AUTO"}
-    if choice == "none":
-        return {"mode": "NONE"}
-    if choice == "required":
-        return {"mode": "ANY"}
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if name:
-            return {"mode": "ANY", "allowedFunctionNames": [name]}
-    return None
+    if isinstance(choice, str) and choice in MODES:
+        return {"mode": MODES[choice]}
+    name = named_tool(choice)
+    return {"mode": "ANY", "allowedFunctionNames": [name]} if name else None
 
 
 class GeminiStream:
@@ -258,19 +246,12 @@ class GeminiStream:
         self._calls = 0  # function calls so far in the turn
 
     def __call__(self, data: str) -> ModelDelta | None:
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            shown = self._quote(data)
-            raise ProviderError(self.provider, f"invalid JSON in stream: {shown}") from None
-        if not isinstance(event, dict):
-            raise ProviderError(self.provider, f"unexpected stream payload: {self._quote(data)}")
+        event = load_object(self.provider, data, self.scrub)
         if event.get("error"):
-            shown = self.scrub(message_of(event) or json.dumps(event["error"]))
-            raise ProviderStreamError(self.provider, f"stream error: {shown[:500]}")
+            stream_error(self.provider, event, self.scrub)
         try:
             return self._response(event)
-        except _Malformed as exc:
+        except Malformed as exc:
             raise ProviderError(self.provider, f"malformed stream event: {exc}") from None
 
     def _response(self, event: dict[str, Any]) -> ModelDelta | None:
@@ -284,21 +265,19 @@ class GeminiStream:
                 raise PromptBlocked(self.provider, f"the prompt was blocked ({detail})")
             return None
         if not isinstance(candidates, list) or not isinstance(candidates[0], dict):
-            raise _Malformed("candidates is not a list of objects")
+            raise Malformed("candidates", candidates, "a list of objects")
         candidate = next((c for c in candidates if c.get("index", 0) == 0), candidates[0])
-        content = candidate.get("content") or {}
-        if not isinstance(content, dict):
-            raise _Malformed("candidates[0].content is not an object")
+        content = object_field(candidate, "content", "candidates[0]")
         parts = content.get("parts") or []
         if not isinstance(parts, list):
-            raise _Malformed("candidates[0].content.parts is not a list")
+            raise Malformed("candidates[0].content.parts", parts, "a list")
         reasoning: list[str] = []
         text: list[str] = []
         calls: list[ToolCallDelta] = []
         kept: list[dict[str, Any]] = []
         for pos, part in enumerate(parts):
             if not isinstance(part, dict):
-                raise _Malformed(f"candidates[0].content.parts[{pos}] is not an object")
+                raise Malformed(f"candidates[0].content.parts[{pos}]", part, "an object")
             signature = part.get("thoughtSignature")
             call = part.get("functionCall")
             if call is not None:
@@ -306,9 +285,7 @@ class GeminiStream:
                 if signature:
                     kept.append({"api": API, "call": calls[-1].id, "signature": signature})
                 continue
-            value = part.get("text")
-            if value is not None and not isinstance(value, str):
-                raise _Malformed(f"candidates[0].content.parts[{pos}].text is not a string")
+            value = string_field(part, "text", f"candidates[0].content.parts[{pos}]")
             if value:
                 (reasoning if part.get("thought") else text).append(value)
             if signature:
@@ -329,7 +306,7 @@ class GeminiStream:
     def _call(self, call: Any, event: dict[str, Any], pos: int) -> ToolCallDelta:
         where = f"candidates[0].content.parts[{pos}].functionCall"
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise _Malformed(f"{where} has no name")
+            raise Malformed(f"{where}.name", call, "a string")
         index = self._calls
         self._calls += 1
         call_id = call.get("id")
@@ -345,36 +322,21 @@ class GeminiStream:
         if not reason or reason == "FINISH_REASON_UNSPECIFIED":
             return None
         if not isinstance(reason, str):
-            raise _Malformed("candidates[0].finishReason is not a string")
+            raise Malformed("candidates[0].finishReason", reason, "a string")
         if reason == "STOP" and self._calls:
             return "tool_calls"
         if reason in FILTERED:
             return "content_filter"
         return FINISH.get(reason, reason.lower())
 
-    def _quote(self, data: str) -> str:
-        text = self.scrub(data)
-        return repr(text[:_MAX_QUOTED] + "…" if len(text) > _MAX_QUOTED else text)
-
-
-class _Malformed(Exception):
-    """An event field has the wrong shape."""
-
 
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    prompt = _count(raw, "promptTokenCount")
-    answer = _count(raw, "candidatesTokenCount")
-    thoughts = _count(raw, "thoughtsTokenCount")
-    total = _count(raw, "totalTokenCount") or prompt + answer + thoughts
-    return Usage(prompt, answer + thoughts, total, thoughts, _count(raw, "cachedContentTokenCount"))
-
-
-def _count(raw: dict[str, Any], key: str) -> int:
-    value = raw.get(key)
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Malformed(f"usageMetadata.{key} is {value!r}, expected a non-negative integer")
-    return value
+    where = "usageMetadata"
+    prompt = count(raw, "promptTokenCount", where)
+    answer = count(raw, "candidatesTokenCount", where)
+    thoughts = count(raw, "thoughtsTokenCount", where)
+    total = count(raw, "totalTokenCount", where) or prompt + answer + thoughts
+    cached = count(raw, "cachedContentTokenCount", where)
+    return Usage(prompt, answer + thoughts, total, thoughts, cached)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,19 @@ def agents(tmp_path: Path) -> Path:
     return directory
 
 
+def with_tools(
+    agents: Path, provider: LoopbackProvider, api: str, model: str
+) -> AbstractAsyncContextManager[Harness]:
+    """A gateway whose one provider speaks `api`, with the tools written beside `agents`."""
+    return Harness.start(
+        agents,
+        provider,
+        providers=native(provider, api, model),
+        default_provider=api,
+        tools_dir=agents.parent / "tools",
+    )
+
+
 async def run(
     agents: Path, provider: LoopbackProvider, api: str, model: str, agent: str, message: str
 ) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -126,6 +140,20 @@ async def run(
 
 def kinds(found: list[Any]) -> list[str]:
     return [e.type for e in found]
+
+
+def reasoned_answer(reasoning: list[str], text: list[str]) -> list[str]:
+    """The events of a run streaming these reasoning deltas, then these text deltas."""
+    return [
+        *HEAD,
+        "reasoning.start",
+        *["reasoning.delta"] * len(reasoning),
+        "reasoning.end",
+        "content.start",
+        *["content.delta"] * len(text),
+        "content.end",
+        "run.complete",
+    ]
 
 
 def deltas(found: list[Any], kind: str) -> list[str]:
@@ -169,16 +197,7 @@ async def test_anthropic_thinking_then_text(agents: Path, provider: LoopbackProv
         agents, provider, "anthropic", "claude-sonnet-4-0", "thinker", "How do I cross the street?"
     )
     thinking, text, _ = anthropic_expectation(chunks)
-    assert kinds(found) == [
-        *HEAD,
-        "reasoning.start",
-        *["reasoning.delta"] * len(thinking),
-        "reasoning.end",
-        "content.start",
-        *["content.delta"] * len(text),
-        "content.end",
-        "run.complete",
-    ]
+    assert kinds(found) == reasoned_answer(thinking, text)
     assert deltas(found, "reasoning.delta") == thinking
     assert deltas(found, "content.delta") == text
     complete = found[-1].run_complete
@@ -245,13 +264,7 @@ async def test_anthropic_tool_round_trip_gives_the_signed_thinking_back(
     tools.write(agents.parent / "tools", {"get_temperature": CITY})
     first, second = events("anthropic_tool_call.1.sse"), events("anthropic_tool_call.2.sse")
     provider.enqueue(first, second)
-    async with Harness.start(
-        agents,
-        provider,
-        providers=native(provider, "anthropic", "claude-sonnet-4-5"),
-        default_provider="anthropic",
-        tools_dir=agents.parent / "tools",
-    ) as gateway:
+    async with with_tools(agents, provider, "anthropic", "claude-sonnet-4-5") as gateway:
         found = await gateway.query(
             "weather", "How warm is it in Utrecht? Use the tool, then answer."
         )
@@ -343,16 +356,7 @@ async def test_gemini_thoughts_then_text(agents: Path, provider: LoopbackProvide
         agents, provider, "gemini", "gemini-2.5-pro", "thinker", "How do I cross the street?"
     )
     thoughts, text = gemini_expectation(chunks)
-    assert kinds(found) == [
-        *HEAD,
-        "reasoning.start",
-        *["reasoning.delta"] * len(thoughts),
-        "reasoning.end",
-        "content.start",
-        *["content.delta"] * len(text),
-        "content.end",
-        "run.complete",
-    ]
+    assert kinds(found) == reasoned_answer(thoughts, text)
     assert deltas(found, "reasoning.delta") == thoughts
     assert deltas(found, "content.delta") == text
     last = data_of(chunks)[-1]["usageMetadata"]
@@ -388,13 +392,7 @@ async def test_gemini_tool_round_trip_gives_the_thought_signature_back(
     tools.write(agents.parent / "tools", {"get_country": {"type": "object", "properties": {}}})
     first, second = events("gemini_tool_call.1.sse"), events("gemini_tool_call.2.sse")
     provider.enqueue(first, second)
-    async with Harness.start(
-        agents,
-        provider,
-        providers=native(provider, "gemini", "gemini-3-pro-preview"),
-        default_provider="gemini",
-        tools_dir=agents.parent / "tools",
-    ) as gateway:
+    async with with_tools(agents, provider, "gemini", "gemini-3-pro-preview") as gateway:
         found = await gateway.query(
             "atlas", "What is the capital of the user country? Call the tool"
         )
@@ -447,13 +445,7 @@ async def test_gemini_parallel_calls_in_one_event(
     # recording's) text answer.
     tools.write(agents.parent / "tools", {"generate_topic": {"type": "object", "properties": {}}})
     provider.enqueue([as_event("gemini_parallel_calls.json")], events("gemini_tool_call.2.sse"))
-    async with Harness.start(
-        agents,
-        provider,
-        providers=native(provider, "gemini", "gemini-3-flash-preview"),
-        default_provider="gemini",
-        tools_dir=agents.parent / "tools",
-    ) as gateway:
+    async with with_tools(agents, provider, "gemini", "gemini-3-flash-preview") as gateway:
         found = await gateway.query("jokes", "Tell me three jokes.")
     ids = [f"call_wOd8abGuO5rgz7IP5tLEGA_{n}" for n in range(3)]
     _, text = gemini_expectation(events("gemini_tool_call.2.sse"))

@@ -99,6 +99,23 @@ async def routed(
         yield gateway
 
 
+@asynccontextmanager
+async def two_replicas(
+    tmp_path: Path,
+    agents: Path,
+    servers: dict[str, LoopbackProvider],
+    redis_url: str,
+    deployments: dict[str, dict[str, Any]],
+) -> AsyncIterator[tuple[Harness, Harness]]:
+    """Two replicas of the service sharing a Redis (the Redis run bus, so the limits)."""
+    shared = {"run_bus": "redis", "redis_url": redis_url, "deployments": deployments}
+    async with (
+        routed(agents, servers, replica_id="r1", data_dir=tmp_path / "r1", **shared) as one,
+        routed(agents, servers, replica_id="r2", data_dir=tmp_path / "r2", **shared) as two,
+    ):
+        yield one, two
+
+
 def asked(servers: dict[str, LoopbackProvider]) -> dict[str, int]:
     return {name: len(server.requests) for name, server in servers.items()}
 
@@ -477,16 +494,8 @@ async def test_rpm_and_tpm_limits_hold_across_two_replicas(
         servers["a"].enqueue([content("a"), finish("stop"), usage(30, 10), DONE])
     for _ in range(6):
         servers["b"].enqueue(answer("b"))
-    shared = {"run_bus": "redis", "redis_url": redis_url}
     limits = {"a": {"rpm": 3}, "b": {"tpm": 1000000}}
-    async with (
-        routed(
-            agents, servers, deployments=limits, replica_id="r1", data_dir=tmp_path / "r1", **shared
-        ) as one,
-        routed(
-            agents, servers, deployments=limits, replica_id="r2", data_dir=tmp_path / "r2", **shared
-        ) as two,
-    ):
+    async with two_replicas(tmp_path, agents, servers, redis_url, limits) as (one, two):
         replicas = [one, two, one, two, one, two]
         texts = [text_of(await r.query("routed", "hi")) for r in replicas]
         assert texts == ["a", "a", "a", "b", "b", "b"]  # a's 3 calls a minute, whoever made them
@@ -501,15 +510,9 @@ async def test_tpm_counts_the_tokens_each_replica_used(
 ) -> None:
     servers["a"].enqueue([content("a"), finish("stop"), usage(900, 100), DONE], answer("never"))
     servers["b"].enqueue(answer("b"))
-    shared = {"run_bus": "redis", "redis_url": redis_url}
-    limits = {"a": {"tpm": 1000}}
-    async with (
-        routed(
-            agents, servers, deployments=limits, replica_id="r1", data_dir=tmp_path / "r1", **shared
-        ) as one,
-        routed(
-            agents, servers, deployments=limits, replica_id="r2", data_dir=tmp_path / "r2", **shared
-        ) as two,
+    async with two_replicas(tmp_path, agents, servers, redis_url, {"a": {"tpm": 1000}}) as (
+        one,
+        two,
     ):
         first = await one.query("routed", "hi")
         await asyncio.sleep(0.2)  # the release (with the tokens used) is not awaited by the run
