@@ -106,9 +106,10 @@ async def two_replicas(
     servers: dict[str, LoopbackProvider],
     redis_url: str,
     deployments: dict[str, dict[str, Any]],
+    **options: Any,
 ) -> AsyncIterator[tuple[Harness, Harness]]:
     """Two replicas of the service sharing a Redis (the Redis run bus, so the limits)."""
-    shared = {"run_bus": "redis", "redis_url": redis_url, "deployments": deployments}
+    shared = {"run_bus": "redis", "redis_url": redis_url, "deployments": deployments, **options}
     async with (
         routed(agents, servers, replica_id="r1", data_dir=tmp_path / "r1", **shared) as one,
         routed(agents, servers, replica_id="r2", data_dir=tmp_path / "r2", **shared) as two,
@@ -518,6 +519,25 @@ async def test_tpm_counts_the_tokens_each_replica_used(
         await asyncio.sleep(0.2)  # the release (with the tokens used) is not awaited by the run
         second = await two.query("routed", "hi")
     assert (text_of(first), text_of(second)) == ("a", "b")  # 1000 used: a is at its limit
+
+
+async def test_least_busy_sees_the_calls_in_flight_of_the_other_replica(
+    tmp_path: Path, agents: Path, servers: dict[str, LoopbackProvider], redis_url: str
+) -> None:
+    hold = asyncio.Event()
+    servers["a"].enqueue([content("slow "), Gate(hold), content("a"), finish("stop"), DONE])
+    servers["b"].enqueue(answer("b"))
+    alias = {"strategy": "least_busy", "deployments": ["a", "b"]}
+    async with two_replicas(tmp_path, agents, servers, redis_url, {}, alias=alias) as (one, two):
+        held = asyncio.create_task(one.query("routed", "hi"))  # on a, held open
+        await servers["a"]._wait(lambda: len(servers["a"].requests) == 1, 2.0, "a asked")
+        await two.stub.ListModels(gw.ListModelsRequest())
+        await asyncio.sleep(0.7)  # the counts of calls in flight are refreshed each 0.5 s
+        elsewhere = await two.query("routed", "hi")
+        hold.set()
+        await held
+    assert text_of(elsewhere) == "b"  # a is busy with the other replica's call
+    assert asked(servers) == {"a": 1, "b": 1, "c": 0}
 
 
 # -- naming an alias ------------------------------------------------------------------------

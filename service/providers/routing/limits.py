@@ -16,7 +16,7 @@ least-busy strategy (`busy`), from memory: nothing of this is on the per-delta p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +61,10 @@ class Limiter(Protocol):
 
     def busy(self, deployment: str) -> int:
         """The deployment's calls in flight, as last known (no I/O)."""
+        ...
+
+    def track(self, deployments: Iterable[str]) -> None:
+        """The deployments whose calls in flight `busy` is asked about."""
         ...
 
     async def usage(self, deployment: DeploymentOptions) -> Usage:
@@ -120,6 +124,9 @@ class LocalLimiter:
 
     def busy(self, deployment: str) -> int:
         return self._busy.get(deployment, 0)
+
+    def track(self, deployments: Iterable[str]) -> None:
+        pass  # every call of this process is counted as it is reserved
 
     async def usage(self, deployment: DeploymentOptions) -> Usage:
         _, calls, tokens = self._window(deployment.name)

@@ -10,8 +10,9 @@ used; it runs in a task of its own, so that a cancelled call still releases.
 
 Only calls do I/O here, never deltas: one round trip to reserve, one (not awaited by
 the call) to release. The least-busy strategy reads the counts of calls in flight from
-memory: each reservation brings its deployment's count back, and a refresh of every
-deployment's count runs at most every `refresh_s` while calls come.
+memory: each reservation brings its deployment's count back, and a task refreshes every
+deployment's count each `refresh_s` (one pipelined round trip), so that a replica sees
+the others' calls within that time.
 
 Redis unreachable: the call goes on as if unlimited (a warning is logged), counted in
 this process only — a limiter outage does not take the models down.
@@ -85,14 +86,17 @@ class RedisLimiter:
         self._reserve = self.redis.register_script(RESERVE)
         self._busy: dict[str, int] = {}  # deployment -> calls in flight, as last known
         self._known: set[str] = set()
-        self._refreshed = 0.0
-        self._refreshing: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[None] | None = None  # the refresh loop, once started
         self._tasks: set[asyncio.Task[None]] = set()
         self._fallback = LocalLimiter(clock)  # while Redis cannot be reached
 
     def _keys(self, name: str, window: int) -> list[str]:
         p = self.prefix
         return [f"{p}calls:{name}:{window}", f"{p}tokens:{name}:{window}", f"{p}busy:{name}"]
+
+    def track(self, deployments: Iterable[str]) -> None:
+        """Keep the counts of calls in flight of these deployments fresh."""
+        self._known.update(deployments)
 
     async def reserve(self, deployment: DeploymentOptions, tokens: int) -> Reservation:
         name = deployment.name
@@ -111,7 +115,6 @@ class RedisLimiter:
         if not ok:
             raise limit_reached(deployment, value.decode() if isinstance(value, bytes) else value)
         self._busy[name] = int(value)
-        self._refresh_soon()
         return Reservation(deployment, tokens, window, call_id)
 
     async def release(self, reservation: Reservation, tokens: int | None) -> None:
@@ -136,30 +139,32 @@ class RedisLimiter:
             log.warning("routing: a release was lost, Redis unreachable (%s)", error)
 
     def busy(self, deployment: str) -> int:
+        self._keep_fresh()  # (called by a call's plan: in the running loop)
         return self._busy.get(deployment, 0) + self._fallback.busy(deployment)
 
-    def _refresh_soon(self) -> None:
-        now = self._clock()
-        if now - self._refreshed < self.refresh_s or self._refreshing is not None:
-            return
-        self._refreshed = now
-        self._refreshing = asyncio.get_running_loop().create_task(self._refresh(self._known))
+    def _keep_fresh(self) -> None:
+        """Start refreshing the counts of the tracked deployments (once, in the running loop:
+        from the first call, or the first status asked)."""
+        if self._refreshing is None and self._known:
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
 
-    async def _refresh(self, names: Iterable[str]) -> None:
-        names = list(names)
-        now_ms = int(self._clock() * 1000)
-        try:
-            async with asyncio.timeout(self.timeout_s), self.redis.pipeline() as pipe:
-                for name in names:
-                    pipe.zcount(self._keys(name, 0)[2], now_ms, "+inf")
-                counts = await pipe.execute()
-            self._busy.update(zip(names, (int(c) for c in counts), strict=True))
-        except (RedisError, OSError, TimeoutError) as error:
-            log.warning("routing: counts of calls in flight not refreshed (%s)", error)
-        finally:
-            self._refreshing = None
+    async def _refresh(self) -> None:
+        """Every `refresh_s`: the calls in flight of every known deployment."""
+        while True:
+            names = sorted(self._known)
+            now_ms = int(self._clock() * 1000)
+            try:
+                async with asyncio.timeout(self.timeout_s), self.redis.pipeline() as pipe:
+                    for name in names:
+                        pipe.zcount(self._keys(name, 0)[2], now_ms, "+inf")
+                    counts = await pipe.execute()
+                self._busy.update(zip(names, (int(c) for c in counts), strict=True))
+            except (RedisError, OSError, TimeoutError) as error:
+                log.warning("routing: counts of calls in flight not refreshed (%s)", error)
+            await asyncio.sleep(self.refresh_s)
 
     async def usage(self, deployment: DeploymentOptions) -> Usage:
+        self._keep_fresh()
         name = deployment.name
         now = self._clock()
         calls, tokens, busy = self._keys(name, int(now // WINDOW_S))
@@ -174,7 +179,9 @@ class RedisLimiter:
         return Usage(int(flying), int(made or 0), max(0, int(used or 0)))
 
     async def aclose(self) -> None:
-        pending = [*self._tasks, *([self._refreshing] if self._refreshing else [])]
-        if pending:
-            await asyncio.wait(pending, timeout=self.timeout_s)
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+            await asyncio.wait([self._refreshing])
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.timeout_s)
         await self.redis.aclose()

@@ -66,6 +66,8 @@ class AliasClient:
         self.clock = clock
         self._rng = rng
         self.labels = {d.name: metrics.attributes(options.name, d) for d in self.deployments}
+        if options.strategy == "least_busy":
+            limiter.track(d.name for d in self.deployments)
         # The prompt's size is estimated only when a deployment has a use for it.
         self._estimate = any(d.options.context_length or d.options.tpm for d in self.deployments)
 
