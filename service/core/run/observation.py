@@ -266,6 +266,7 @@ class ModelCallObserver:
         output: str,
         error: BaseException | None,
     ) -> None:
+        self.request.report = None  # no cycle left between the request and the run
         run, span = self.run, self.span
         duration = time.monotonic() - self.started
         failed = {**self.attributes, "error.type": type(error).__name__} if error else None
