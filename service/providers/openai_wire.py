@@ -156,11 +156,7 @@ class OpenAIWire:
     def decoder(
         self, provider: str, scrub: Callable[[str], str]
     ) -> Callable[[str], ModelDelta | None]:
-        return functools.partial(_parse, provider, scrub)
-
-
-def _parse(provider: str, scrub: Callable[[str], str], data: str) -> ModelDelta | None:
-    return parse_chunk(provider, data, scrub)
+        return functools.partial(parse_chunk, provider, scrub=scrub)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
