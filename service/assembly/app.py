@@ -272,8 +272,19 @@ class App:
         self._skills_watch: asyncio.Task[None] | None = None
 
     def _image_input(self, provider: str) -> bool:
-        configured = self.settings.providers.get(provider)
-        return configured.image_input if configured is not None else provider == DEMO_KEY
+        """Whether a call of `provider` (a provider key or an alias) may carry images: an
+        alias's when every one of its deployments' providers accepts them."""
+        settings = self.settings
+        configured = settings.providers.get(provider)
+        if configured is not None:
+            return configured.image_input
+        alias = settings.aliases.get(provider)
+        if alias is not None:
+            return all(
+                settings.providers[settings.deployments[name].provider].image_input
+                for name in alias.deployments
+            )
+        return provider == DEMO_KEY
 
     async def start(self) -> None:
         await self.frontdoor.open()

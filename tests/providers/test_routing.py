@@ -563,6 +563,24 @@ async def test_an_alias_is_named_as_a_model_a_provider_or_the_default(
     assert text_of(concrete) == "c" and servers["c"].requests[0]["model"] == "m"
 
 
+async def test_images_reach_an_alias_whose_providers_all_take_them(
+    agents: Path, servers: dict[str, LoopbackProvider]
+) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    servers["a"].enqueue(answer("a"), answer("a"))
+    async with routed(agents, servers, alias={"deployments": ["a", "b"]}) as gateway:
+        upload = await gateway.stub.Upload(gw.UploadRequest(name="pic.png", content=png))
+        await gateway.query("routed", "What is this?", references=[upload.reference])
+        for name in ("pa", "pb"):
+            gateway.app.settings.providers[name].image_input = True
+        await gateway.query("routed", "What is this?", references=[upload.reference])
+    assert asked(servers) == {"a": 2, "b": 0, "c": 0}
+    without = servers["a"].requests[0]["messages"][-1]["content"]
+    with_image = servers["a"].requests[1]["messages"][-1]["content"]
+    assert not isinstance(without, list) or all(p["type"] == "text" for p in without)
+    assert with_image[1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
 # -- what shows -----------------------------------------------------------------------------
 
 
