@@ -58,12 +58,13 @@ lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, bu
 lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.yaml)
 	$(BUF) lint
 
-bench: install ## Benchmarks: baselines, the gateway, the SSE adapter, 1 vs 2 workers, the memory soak
+bench: install ## Benchmarks: baselines, the gateway, the SSE adapter, 1 vs 2 workers, the memory soak, model routing
 	$(PY) -m bench
 	$(PY) -m bench.sse
 	$(PY) -m bench.replicas
 	$(PY) -m bench.workers
 	$(PY) -m bench.soak
+	$(PY) -m bench.routing
 
 bench-scale: install ## Benchmarks of scale-out: 1 process vs 3 replicas (Postgres + Redis), the Redis hop
 	$(PY) -m bench.replicas

@@ -10,19 +10,24 @@ from pydantic import SecretStr
 from service.assembly.app import App, bash_options, provider_options
 from service.assembly.config import ProviderSettings, Settings
 from service.builtins.bash import BashOptions
+from service.providers.anthropic_wire import AnthropicWire
+from service.providers.http import StreamingClient
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 
 CONFIGURED = ProviderSettings(
     base_url="http://upstream.example/v1",
     api_key=SecretStr("sk-configured"),
     default_model="m-1",
+    api="anthropic",
     reasoning_style="think",
+    max_tokens=1000,
     extra_body={"seed": 7},
     headers={"X-Team": "a"},
     connect_timeout_s=1.5,
     read_timeout_s=2.5,
     max_retries=5,
     retry_backoff_s=0.25,
+    max_retry_after_s=90,
     max_connections=3,
     secret_headers=("X-Org",),
     max_sse_line_bytes=1000,
@@ -96,8 +101,10 @@ async def test_the_app_opens_each_provider_with_its_options_and_the_log_switches
         assert app.providers.default_key == "other"
         assert app.providers.default_model("main") == "m-1"
         client = app.providers.get("main")
-        assert isinstance(client, OpenAIChatClient)  # the interaction log is off: not wrapped
+        assert isinstance(client, StreamingClient)  # the interaction log is off: not wrapped
+        assert isinstance(client.wire, AnthropicWire)  # the API the provider speaks
         assert client.options == provider_options(CONFIGURED)
+        assert isinstance(app.providers.get("other"), OpenAIChatClient)
     finally:
         await app.providers.aclose()
 

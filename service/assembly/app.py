@@ -11,7 +11,15 @@ from typing import Any
 
 from service import state
 from service.assembly import security
-from service.assembly.config import McpServerSettings, ProviderSettings, Settings
+from service.assembly.config import (
+    AliasSettings,
+    DeploymentSettings,
+    McpServerSettings,
+    ModelPrice,
+    ProviderSettings,
+    Settings,
+)
+from service.assembly.models import model_catalog
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
@@ -31,6 +39,9 @@ from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient, ProviderOptions
 from service.providers.registry import ProviderRegistry
+from service.providers.routing.deployment import AliasOptions, DeploymentOptions
+from service.providers.routing.limits import Limiter, LocalLimiter
+from service.providers.routing.redis_limits import RedisLimiter
 from service.toolsources.http import HttpTools
 from service.toolsources.mcp import McpServer, McpServerOptions
 from service.transport.server import GrpcServer
@@ -38,12 +49,22 @@ from service.transport.server import GrpcServer
 log = logging.getLogger("agw")
 
 
+def price(p: ModelPrice) -> Price:
+    return Price(p.input_per_million, p.output_per_million, p.cached_input_per_million)
+
+
+def model_prices(settings: Settings) -> dict[str, ModelPrice]:
+    """The price table: `prices`, and the price of each deployment's model it leaves out."""
+    prices = dict(settings.prices)
+    for deployment in settings.deployments.values():
+        if deployment.price is not None:
+            prices.setdefault(deployment.model, deployment.price)
+    return prices
+
+
 def pricing(settings: Settings) -> Pricing:
     """The cost of a call from the configured price table (None for an unpriced model)."""
-    prices = {
-        model: Price(p.input_per_million, p.output_per_million, p.cached_input_per_million)
-        for model, p in settings.prices.items()
-    }
+    prices = {model: price(p) for model, p in model_prices(settings).items()}
 
     def cost(model: str, usage: Usage) -> float | None:
         price = prices.get(model)
@@ -58,7 +79,9 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         base_url=provider.base_url,
         api_key=provider.api_key,
         default_model=provider.default_model,
+        api=provider.api,
         reasoning_style=provider.reasoning_style,
+        max_tokens=provider.max_tokens,
         extra_body=provider.extra_body,
         headers=provider.headers,
         secret_headers=provider.secret_headers,
@@ -66,9 +89,59 @@ def provider_options(provider: ProviderSettings) -> ProviderOptions:
         read_timeout_s=provider.read_timeout_s,
         max_retries=provider.max_retries,
         retry_backoff_s=provider.retry_backoff_s,
+        max_retry_after_s=provider.max_retry_after_s,
         max_connections=provider.max_connections,
         max_sse_line_bytes=provider.max_sse_line_bytes,
         max_sse_event_bytes=provider.max_sse_event_bytes,
+    )
+
+
+def deployment_options(name: str, deployment: DeploymentSettings) -> DeploymentOptions:
+    """What one configured deployment of model aliases reads."""
+    return DeploymentOptions(
+        name=name,
+        provider=deployment.provider,
+        model=deployment.model,
+        key=deployment.key,
+        weight=deployment.weight,
+        rpm=deployment.rpm,
+        tpm=deployment.tpm,
+        context_length=deployment.context_length,
+        price=price(deployment.price) if deployment.price is not None else None,
+        max_retries=deployment.max_retries,
+        cooldown_s=deployment.cooldown_s,
+        max_cooldown_s=deployment.max_cooldown_s,
+    )
+
+
+def alias_options(name: str, alias: AliasSettings) -> AliasOptions:
+    return AliasOptions(
+        name=name,
+        deployments=tuple(alias.deployments),
+        strategy=alias.strategy,
+        restart_on_failure=alias.restart_on_failure,
+    )
+
+
+def routing_limiter(settings: Settings) -> Limiter:
+    """Where the deployments' limits are counted: in Redis when the replicas share one
+    (the Redis run bus), else in this process."""
+    if settings.run_bus == "redis" and settings.aliases:
+        return RedisLimiter(settings.redis_url.get_secret_value())
+    return LocalLimiter()
+
+
+def open_providers(settings: Settings) -> ProviderRegistry:
+    """The providers and model aliases of the settings."""
+    return ProviderRegistry(
+        {key: provider_options(p) for key, p in settings.providers.items()},
+        default_provider=settings.default_provider,
+        log_enabled=settings.interaction_log_enabled,
+        log_mask=settings.interaction_log_mask_sensitive,
+        deployments=[deployment_options(n, d) for n, d in settings.deployments.items()],
+        aliases=[alias_options(n, a) for n, a in settings.aliases.items()],
+        keys={key: p.keys for key, p in settings.providers.items() if p.keys},
+        limiter=routing_limiter(settings),
     )
 
 
@@ -115,12 +188,7 @@ class App:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.providers = ProviderRegistry(
-            {key: provider_options(p) for key, p in settings.providers.items()},
-            default_provider=settings.default_provider,
-            log_enabled=settings.interaction_log_enabled,
-            log_mask=settings.interaction_log_mask_sensitive,
-        )
+        self.providers = open_providers(settings)
         self.agents = AgentRegistry(settings.agents_dir)
         self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
         self.skills = SkillRegistry(settings.skills_dir)
@@ -178,7 +246,7 @@ class App:
                 inline_text_bytes=settings.upload_inline_text_bytes,
                 middlewares=tuple(load_middlewares(settings.middlewares, settings)),
                 debug_level=DebugLevel[settings.debug_level.upper()],
-                pricing=pricing(settings) if settings.prices else None,
+                pricing=pricing(settings) if model_prices(settings) else None,
                 currency=settings.currency,
                 resume_attempts=settings.resume_attempts,
                 replica=settings.replica_id or settings.worker_name or _process_name(),
@@ -198,6 +266,7 @@ class App:
             tls=self.tls,
             heartbeat_s=settings.grpc_heartbeat_s,
             reuse_port=settings.reuse_port,
+            models=model_catalog(self.providers),
         )
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
@@ -207,8 +276,19 @@ class App:
         self._skills_watch: asyncio.Task[None] | None = None
 
     def _image_input(self, provider: str) -> bool:
-        configured = self.settings.providers.get(provider)
-        return configured.image_input if configured is not None else provider == DEMO_KEY
+        """Whether a call of `provider` (a provider key or an alias) may carry images: an
+        alias's when every one of its deployments' providers accepts them."""
+        settings = self.settings
+        configured = settings.providers.get(provider)
+        if configured is not None:
+            return configured.image_input
+        alias = settings.aliases.get(provider)
+        if alias is not None:
+            return all(
+                settings.providers[settings.deployments[name].provider].image_input
+                for name in alias.deployments
+            )
+        return provider == DEMO_KEY
 
     async def start(self) -> None:
         await self.frontdoor.open()

@@ -24,15 +24,32 @@ from pydantic_settings import (
 )
 
 from service.process.eventloop import EventLoopChoice
+from service.providers.http import ApiName
 from service.providers.openai_wire import ReasoningStyle
+from service.providers.routing.deployment import Strategy
+
+#: The base URL of a provider that sets none, by the API it speaks.
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "anthropic": "https://api.anthropic.com/v1",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+}
 
 
 class ProviderSettings(BaseModel):
-    """One OpenAI-compatible provider."""
+    """One provider: an OpenAI-compatible endpoint, Anthropic's Messages API or Gemini's."""
 
-    base_url: str = Field(description="Base URL up to /v1, e.g. https://api.openai.com/v1")
+    # The wire it speaks: "openai" (chat completions, and every compatible server),
+    # "anthropic" (the Messages API) or "gemini" (streamGenerateContent).
+    api: ApiName = "openai"
+    base_url: str = Field(
+        "",
+        description="Base URL up to the API version, e.g. https://api.openai.com/v1 "
+        "(default for anthropic and gemini: their public endpoints)",
+    )
     api_key: SecretStr = SecretStr("")
     default_model: str = ""
+    # The answer's length when an agent sets no max_tokens, for APIs that need one (Anthropic).
+    max_tokens: int = Field(8192, gt=0)
     # How this provider switches reasoning on:
     #   reasoning_effort     -> {"reasoning_effort": "low|medium|high"} (OpenAI o-series, DeepSeek)
     #   enable_thinking      -> {"enable_thinking": true} (Qwen / Bailian, SiliconFlow)
@@ -49,6 +66,9 @@ class ProviderSettings(BaseModel):
     read_timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 0.5
+    # The longest wait before a retry: a `Retry-After` beyond it fails the call at once
+    # (naming it) instead of being cut short and refused again.
+    max_retry_after_s: float = Field(30.0, ge=0)
     max_connections: int = 200
     # Bounds of the provider's event stream; a provider that breaks one fails the run
     # with PROVIDER_ERROR: the longest line (1 MiB) and the largest data of one event (4 MiB).
@@ -56,6 +76,16 @@ class ProviderSettings(BaseModel):
     max_sse_event_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Whether the provider's models accept image content parts (uploaded images are sent).
     image_input: bool = False
+    # More keys of the provider, by name, for its deployments (`DeploymentSettings.key`).
+    keys: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _base_url(self) -> ProviderSettings:
+        if not self.base_url:
+            if self.api not in DEFAULT_BASE_URLS:
+                raise ValueError("an OpenAI-compatible provider needs its base_url")
+            self.base_url = DEFAULT_BASE_URLS[self.api]
+        return self
 
 
 class ModelPrice(BaseModel):
@@ -64,6 +94,31 @@ class ModelPrice(BaseModel):
     input_per_million: float = 0.0
     output_per_million: float = 0.0
     cached_input_per_million: float | None = None  # default: the input price
+
+
+class DeploymentSettings(BaseModel):
+    """One deployment of model aliases: a provider's model (README "Model aliases")."""
+
+    provider: str  # a key of `providers`
+    model: str
+    key: str = ""  # a name in the provider's `keys`; default: its api_key
+    weight: float = Field(1.0, gt=0)  # its share under the "weighted" strategy
+    rpm: int = Field(0, ge=0)  # calls per minute; 0: no limit
+    tpm: int = Field(0, ge=0)  # tokens per minute; 0: no limit
+    context_length: int = Field(0, ge=0)  # tokens; 0: unknown
+    price: ModelPrice | None = None  # also the price of its model in `prices`, unless set there
+    max_retries: int = Field(0, ge=0)  # its own retries; 0: the alias moves on instead
+    cooldown_s: float = Field(30.0, gt=0)  # after a failure (unless a Retry-After says)
+    max_cooldown_s: float = Field(600.0, gt=0)  # the cool-down doubles up to this
+
+
+class AliasSettings(BaseModel):
+    """A model alias: deployments in order of preference (README "Model aliases")."""
+
+    deployments: list[str] = Field(min_length=1)
+    strategy: Strategy = "ordered"  # or "weighted", "least_busy", "latency"
+    # A call that fails after its first delta starts over on the next deployment.
+    restart_on_failure: bool = False
 
 
 class ApiKeySettings(BaseModel):
@@ -198,8 +253,12 @@ class Settings(BaseSettings):
 
     # Providers; when none is configured the built-in demo provider serves every agent.
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
-    default_provider: str = ""
+    default_provider: str = ""  # a provider key, or a model alias
     demo_delay_ms: float = 20.0
+    # Model aliases and their deployments (README "Model aliases"): agents name an alias
+    # as their model; its calls fall back, balance and keep to rate limits over them.
+    deployments: dict[str, DeploymentSettings] = Field(default_factory=dict)
+    aliases: dict[str, AliasSettings] = Field(default_factory=dict)
 
     # Chats, runs and uploads (under data_dir unless set one by one).
     data_dir: Path = Path("var")
@@ -284,6 +343,28 @@ class Settings(BaseSettings):
     def worker_count(self) -> int:
         """How many worker processes to run: `workers`, or one per CPU for 0 ("auto")."""
         return self.workers or os.cpu_count() or 1
+
+    @model_validator(mode="after")
+    def _routing(self) -> Settings:
+        """Deployments name configured providers and keys; aliases, configured deployments."""
+        for name, deployment in self.deployments.items():
+            provider = self.providers.get(deployment.provider)
+            if provider is None:
+                raise ValueError(
+                    f"deployment {name!r}: provider {deployment.provider!r} is not configured"
+                )
+            if deployment.key and deployment.key not in provider.keys:
+                raise ValueError(
+                    f"deployment {name!r}: provider {deployment.provider!r} has no key "
+                    f"{deployment.key!r}"
+                )
+        for name, alias in self.aliases.items():
+            if name in self.providers:
+                raise ValueError(f"alias {name!r}: a provider has this name")
+            missing = [d for d in alias.deployments if d not in self.deployments]
+            if missing:
+                raise ValueError(f"alias {name!r}: unknown deployments {', '.join(missing)}")
+        return self
 
     @field_validator("mcp_servers")
     @classmethod

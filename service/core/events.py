@@ -202,11 +202,12 @@ def run_cancel(reason: str) -> Event:
 
 
 def run_error(reason: str, message: str, metadata: dict[str, str] | None = None) -> Event:
-    return Event(
-        run_error=pb.RunError(
-            error=pb.ErrorDetail(reason=reason, message=message, metadata=metadata or {})
-        )
-    )
+    return Event(run_error=pb.RunError(error=error_detail(reason, message, metadata)))
+
+
+def error_detail(reason: str, message: str, metadata: dict[str, str] | None = None) -> Any:
+    """The contract's `ErrorDetail` (for the events that carry one)."""
+    return pb.ErrorDetail(reason=reason, message=message, metadata=metadata or {})
 
 
 # Reasoning and content --------------------------------------------------------

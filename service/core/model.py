@@ -42,6 +42,9 @@ class ModelRequest:
     # Context for the interaction log and traces; never sent upstream.
     run_id: str = ""
     stage: str = ""
+    # Told of each attempt of the call by a client that may make several (a model alias:
+    # service/providers/routing/); set by whoever observes the call.
+    report: CallReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +87,63 @@ class ToolCallDelta:
     arguments: str = ""
 
 
+#: The key, in an assistant message, of what its API needs given back to continue the
+#: conversation after it (`ModelDelta.signatures`, collected over the turn).
+SIGNATURES = "_signatures"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelDelta:
-    """Everything one upstream chunk carried."""
+    """Everything one upstream chunk carried.
+
+    `signatures` are what the API needs given back with the turn's assistant message
+    to continue the conversation — a thinking block's signature, a thought signature —
+    kept with the message (`SIGNATURES`) and never shown: each is a JSON object whose
+    `api` names the API that made it, the rest is that API's business.
+    """
 
     reasoning: str | None = None
     content: str | None = None
     tool_calls: tuple[ToolCallDelta, ...] = ()
     finish_reason: str | None = None
     usage: Usage | None = None
+    signatures: tuple[dict[str, Any], ...] = ()
+    # Set on a delta of its own (no other field) when the call starts over elsewhere.
+    restart: Restart | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a call on one deployment of a model alias (numbered from 1)."""
+
+    number: int
+    deployment: str
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The call's attempt failed after it had streamed, and the call starts over on the
+    next attempt: what the failed one streamed is void (its blocks are to be closed)."""
+
+    failed: Attempt
+    error: Exception
+    next: Attempt
+
+
+class CallReport(Protocol):
+    """Told of the attempts of one call by a client that may make several (an alias).
+
+    The first attempt is reported as the call is opened, before anything is sent;
+    each attempt that fails before the call's first delta is reported failed, and is
+    followed by the next attempt, if any. A restart after the first delta is not
+    reported here: it comes in the stream (`ModelDelta.restart`).
+    """
+
+    def attempt(self, attempt: Attempt) -> None: ...
+
+    def attempt_failed(self, attempt: Attempt, error: Exception) -> None: ...
 
 
 class ModelClient(Protocol):
@@ -120,3 +171,8 @@ class ModelRouter(Protocol):
     def get(self, key: str) -> ModelClient: ...
 
     def default_model(self, key: str) -> str: ...
+
+    def alias_key(self, model: str) -> str:
+        """The key of the client that serves `model` by its name alone (a model alias,
+        which routes its calls to deployments), or "" when no alias has that name."""
+        ...

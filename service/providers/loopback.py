@@ -1,7 +1,8 @@
-"""A fake OpenAI-compatible streaming server on loopback, on plain `asyncio.start_server`.
+"""A fake model API server on loopback, on plain `asyncio.start_server`.
 
-Serves `POST /v1/chat/completions` (Content-Length body) as a chunked
-`text/event-stream` and `GET /v1/models`, over HTTP/1.1 keep-alive. Each
+Serves `POST /v1/chat/completions` (OpenAI), `POST /v1/messages` (Anthropic) and
+`POST /v1beta/models/{model}:streamGenerateContent` (Gemini) — Content-Length bodies —
+as a chunked `text/event-stream`, and `GET /v1/models`, over HTTP/1.1 keep-alive. Each
 request plays a *script*: chunk dicts (sent as `data: <json>`), raw bytes,
 `Pause`, `Gate`, `DONE`, `CLOSE`, or a lone `HttpError`. Every item is written
 and drained as it is produced. While a script plays, a concurrent read on the
@@ -63,17 +64,19 @@ class Gate:
 
 @dataclass(frozen=True, slots=True)
 class HttpError:
-    """As a script's only item: answer with this status instead of a stream."""
+    """As a script's only item: answer with this status and body instead of a stream."""
 
     status: int
     body: dict[str, Any] | str = ""
     headers: dict[str, str] | None = None
+    content_type: str = ""  # default: application/json for a dict, text/plain for a str
 
 
 ScriptItem: TypeAlias = dict[str, Any] | bytes | Pause | Gate | HttpError | _Marker
 Script: TypeAlias = Iterable[ScriptItem] | AsyncIterable[ScriptItem]
 Responder: TypeAlias = Callable[[dict[str, Any]], Script | Awaitable[Script]]
 
+_STREAMING_PATHS = ("/chat/completions", "/messages")  # and Gemini's ":streamGenerateContent"
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 64 * 1024 * 1024
 _STREAM_HEAD = (
@@ -100,6 +103,7 @@ class LoopbackProvider:
         self.models = list(models)
         self.requests: list[dict[str, Any]] = []  # bodies received (bounded by max_recorded)
         self.request_headers: list[dict[str, str]] = []  # their headers, names lower-cased
+        self.request_targets: list[str] = []  # their paths, with the query
         self.connections_opened = 0
         self.connections_closed = 0
         self.disconnects = 0  # clients that closed their connection while a script played
@@ -226,7 +230,7 @@ class LoopbackProvider:
             return False
         body = await conn.read_exact(length)
         path = target.split("?", 1)[0].rstrip("/")
-        if method == "POST" and path.endswith("/chat/completions"):
+        if method == "POST" and (path.endswith(_STREAMING_PATHS) or ":streamGenerate" in path):
             try:
                 payload = json.loads(body)
                 if not isinstance(payload, dict):
@@ -234,7 +238,7 @@ class LoopbackProvider:
             except ValueError as exc:
                 _respond(writer, HttpError(400, _err(f"invalid JSON body: {exc}")), keep_alive)
             else:
-                self._record(payload, headers)
+                self._record(payload, headers, target)
                 return await self._play(conn, writer, await self._script(payload), keep_alive)
         elif method == "GET" and path.endswith("/models"):
             data = [
@@ -247,12 +251,14 @@ class LoopbackProvider:
         await writer.drain()
         return keep_alive
 
-    def _record(self, payload: dict[str, Any], headers: dict[str, str]) -> None:
+    def _record(self, payload: dict[str, Any], headers: dict[str, str], target: str) -> None:
         if len(self.requests) >= self._max_recorded:
             del self.requests[: self._max_recorded // 2]
             del self.request_headers[: self._max_recorded // 2]
+            del self.request_targets[: self._max_recorded // 2]
         self.requests.append(payload)
         self.request_headers.append(headers)
+        self.request_targets.append(target)
         self._notify()
 
     async def _script(self, payload: dict[str, Any]) -> Script:
@@ -369,6 +375,7 @@ def _respond(writer: asyncio.StreamWriter, err: HttpError, keep_alive: bool) -> 
         body, ctype = err.body.encode(), "text/plain; charset=utf-8"
     else:
         body, ctype = json.dumps(err.body).encode(), "application/json"
+    ctype = err.content_type or ctype
     try:
         phrase = HTTPStatus(err.status).phrase
     except ValueError:

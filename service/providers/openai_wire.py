@@ -1,6 +1,8 @@
 """The OpenAI chat-completions wire format: request bodies, stream chunks, error bodies.
 
-Pure functions, no I/O; `service/providers/openai.py` does the HTTP. Stream chunks
+Pure functions, no I/O; `service/providers/http.py` does the HTTP. The helpers reading
+a stream event's fields (`load_object`, `object_field`, `string_field`, `count`,
+`Malformed`, `stream_error`) serve the other APIs' wires too. Stream chunks
 are decoded with orjson (about 3× faster than `json` on a typical chunk); a chunk
 orjson rejects is retried with `json`, so nothing `json` accepts is refused
 (unpaired surrogate escapes, which orjson rejects, become U+FFFD).
@@ -14,24 +16,39 @@ streams them interleaved, and the others are ignored.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import orjson
 
 from service.core.errors import ProviderError, ProviderStreamError
-from service.core.model import ModelDelta, ModelRequest, ToolCallDelta, Usage
+from service.core.model import SIGNATURES, ModelDelta, ModelRequest, ToolCallDelta, Usage
 
 __all__ = [
+    "Malformed",
+    "OpenAIWire",
     "ReasoningStyle",
+    "append_turn",
+    "count",
     "encode_body",
+    "error_code",
     "error_message",
+    "load_object",
+    "merge",
+    "message_of",
+    "named_tool",
+    "object_field",
     "parse_chunk",
+    "plain_messages",
     "request_body",
     "retry_after",
+    "sampling",
+    "stream_error",
+    "string_field",
 ]
 
 _MAX_MESSAGE = 500  # characters of a provider's error message quoted in ours
@@ -56,7 +73,7 @@ def request_body(
     """
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": request.messages,
+        "messages": plain_messages(request.messages),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -64,12 +81,7 @@ def request_body(
         body["tools"] = request.tools
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
-    if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+    body.update(sampling(request))
     on = request.reasoning.enabled
     if reasoning_style == "reasoning_effort":
         if on:
@@ -80,9 +92,71 @@ def request_body(
         body["chat_template_kwargs"] = {"enable_thinking": on}
     elif reasoning_style == "think":
         body["think"] = on
-    _merge(body, extra_body)
-    _merge(body, request.extra_body)
+    merge(body, extra_body)
+    merge(body, request.extra_body)
     return body
+
+
+def sampling(
+    request: ModelRequest,
+    temperature: str = "temperature",
+    top_p: str = "top_p",
+    max_tokens: str = "max_tokens",
+) -> dict[str, Any]:
+    """The request's sampling settings that are set, under the names an API gives them."""
+    out: dict[str, Any] = {}
+    if request.temperature is not None:
+        out[temperature] = request.temperature
+    if request.top_p is not None:
+        out[top_p] = request.top_p
+    if request.max_tokens is not None:
+        out[max_tokens] = request.max_tokens
+    return out
+
+
+def append_turn(
+    turns: list[dict[str, Any]], role: str, items: list[dict[str, Any]], key: str
+) -> None:
+    """Add `items` as a turn of `role` (its list under `key`), merged into the last turn when
+    that has the same role: APIs that want turns to alternate (Anthropic's, Gemini's)."""
+    if not items:
+        return
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key] += items
+    else:
+        turns.append({"role": role, key: items})
+
+
+def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without what other APIs keep in them to continue a conversation (an
+    assistant message's `_signatures`): OpenAI refuses fields it does not know."""
+    if not any(SIGNATURES in m for m in messages):
+        return messages
+    return [{k: v for k, v in m.items() if k != SIGNATURES} for m in messages]
+
+
+class OpenAIWire:
+    """The OpenAI chat-completions wire (`service.providers.http.Wire`)."""
+
+    done_data: str | None = "[DONE]"
+
+    def __init__(self, reasoning_style: ReasoningStyle, extra_body: Mapping[str, Any]) -> None:
+        self.reasoning_style = reasoning_style
+        self.extra_body = extra_body
+
+    def url(self, base_url: str, request: ModelRequest) -> str:
+        return base_url + "/chat/completions"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        return request_body(request, self.reasoning_style, self.extra_body)
+
+    def decoder(
+        self, provider: str, scrub: Callable[[str], str]
+    ) -> Callable[[str], ModelDelta | None]:
+        return functools.partial(parse_chunk, provider, scrub=scrub)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
@@ -100,6 +174,22 @@ def parse_chunk(provider: str, data: str, scrub: Callable[[str], str] = str) -> 
     error object, or a chunk of the wrong shape. `scrub` masks secrets in any
     provider text quoted in an error message, before it is cut.
     """
+    obj = load_object(provider, data, scrub)
+    if obj.get("error"):
+        err = obj["error"]
+        msg = message_of(obj) or _text_of(err)
+        code = err.get("code") if isinstance(err, dict) else None
+        status = code if isinstance(code, int) and 100 <= code <= 599 else None
+        raise ProviderStreamError(provider, f"stream error: {_clip(msg, scrub)}", status=status)
+    try:
+        return _delta(obj)
+    except Malformed as exc:
+        raise ProviderError(provider, f"malformed stream chunk: {exc}") from None
+
+
+def load_object(provider: str, data: str, scrub: Callable[[str], str] = str) -> dict[str, Any]:
+    """An event's data as the JSON object it must be (of any API's stream), or a
+    `ProviderError` quoting it (`scrub` masks secrets in the quote)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -111,16 +201,26 @@ def parse_chunk(provider: str, data: str, scrub: Callable[[str], str] = str) -> 
     if not isinstance(obj, dict):
         shown = _clip(data, scrub, _MAX_QUOTED)
         raise ProviderError(provider, f"unexpected stream payload: {shown!r}")
-    if obj.get("error"):
-        err = obj["error"]
-        msg = _message_of(obj) or _text_of(err)
-        code = err.get("code") if isinstance(err, dict) else None
-        status = code if isinstance(code, int) and 100 <= code <= 599 else None
-        raise ProviderStreamError(provider, f"stream error: {_clip(msg, scrub)}", status=status)
-    try:
-        return _delta(obj)
-    except _Malformed as exc:
-        raise ProviderError(provider, f"malformed stream chunk: {exc}") from None
+    return obj
+
+
+def stream_error(provider: str, obj: dict[str, Any], scrub: Callable[[str], str]) -> NoReturn:
+    """Raise the error an event of a stream reports (its message, masked and cut)."""
+    err = obj.get("error")
+    what = err.get("type", "") if isinstance(err, dict) else ""
+    msg = message_of(obj) or _text_of(err)
+    shown = f"{what}: {msg}" if what and isinstance(what, str) else msg
+    raise ProviderStreamError(provider, f"stream error: {_clip(shown, scrub)}")
+
+
+def named_tool(choice: Any) -> str:
+    """The function a tool choice names (`{"type": "function", "function": {"name": …}}`),
+    or "" for "auto", "none", "required" and None."""
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            return str(function["name"])
+    return ""
 
 
 def error_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
@@ -130,10 +230,27 @@ def error_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
     """
     text = raw.decode("utf-8", "replace").strip()
     try:
-        msg = _message_of(json.loads(text))
+        msg = message_of(json.loads(text))
     except (ValueError, RecursionError):
         msg = ""
     return _clip(msg or text, scrub) or "(empty body)"
+
+
+def error_code(raw: bytes) -> str:
+    """The provider's code of an error body (`error.code`, `error.type` or `error.status`:
+    OpenAI, Anthropic and Gemini put it there), or ""."""
+    try:
+        obj = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return ""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    for key in ("code", "type", "status"):
+        value = err.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def retry_after(value: str | None) -> float | None:
@@ -151,8 +268,9 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-class _Malformed(Exception):
-    """A chunk field has the wrong type; the message names the field and what it is."""
+class Malformed(Exception):
+    """A field of a stream's event has the wrong type; the message names the field and
+    what it is."""
 
     def __init__(self, where: str, value: Any, expected: str) -> None:
         super().__init__(f"{where} is {_kind(value)}, expected {expected}")
@@ -174,10 +292,10 @@ def _delta(obj: dict[str, Any]) -> ModelDelta | None:
     if delta is None:
         delta = {}
     elif type(delta) is not dict:
-        raise _Malformed(f"choices[{pos}].delta", delta, "an object")
+        raise Malformed(f"choices[{pos}].delta", delta, "an object")
     content = delta.get("content") or None
     if content is not None and type(content) is not str:
-        raise _Malformed(f"choices[{pos}].delta.content", content, "a string")
+        raise Malformed(f"choices[{pos}].delta.content", content, "a string")
     # Alternative reasoning fields are read only when they are strings (some
     # providers use the same names for structured data).
     reasoning = delta.get("reasoning_content") or delta.get("reasoning") or None
@@ -185,7 +303,7 @@ def _delta(obj: dict[str, Any]) -> ModelDelta | None:
         reasoning = None
     finish = choice.get("finish_reason") or None
     if finish is not None and type(finish) is not str:
-        raise _Malformed(f"choices[{pos}].finish_reason", finish, "a string")
+        raise Malformed(f"choices[{pos}].finish_reason", finish, "a string")
     tool_calls: tuple[ToolCallDelta, ...] = ()
     raw_calls = delta.get("tool_calls")
     if raw_calls is not None:
@@ -200,16 +318,16 @@ def _choice_zero(raw: Any) -> tuple[int, dict[str, Any]] | None:
     if raw is None:
         return None
     if type(raw) is not list:
-        raise _Malformed("choices", raw, "a list")
+        raise Malformed("choices", raw, "a list")
     found: tuple[int, dict[str, Any]] | None = None
     for pos, choice in enumerate(raw):
         if type(choice) is not dict:
-            raise _Malformed(f"choices[{pos}]", choice, "an object")
+            raise Malformed(f"choices[{pos}]", choice, "an object")
         index = choice.get("index")
         if index is None:
             index = pos
         elif type(index) is not int or not 0 <= index <= _MAX_INDEX:
-            raise _Malformed(f"choices[{pos}].index", index, _INDEX_RANGE)
+            raise Malformed(f"choices[{pos}].index", index, _INDEX_RANGE)
         if index == 0 and found is None:
             found = (pos, choice)
     return found
@@ -217,21 +335,21 @@ def _choice_zero(raw: Any) -> tuple[int, dict[str, Any]] | None:
 
 def _tool_calls(raw: Any, where: str) -> list[ToolCallDelta]:
     if type(raw) is not list:
-        raise _Malformed(where, raw, "a list")
+        raise Malformed(where, raw, "a list")
     out: list[ToolCallDelta] = []
     for pos, call in enumerate(raw):
         if type(call) is not dict:
-            raise _Malformed(f"{where}[{pos}]", call, "an object")
+            raise Malformed(f"{where}[{pos}]", call, "an object")
         fn = call.get("function")
         if fn is None:
             fn = {}
         elif type(fn) is not dict:
-            raise _Malformed(f"{where}[{pos}].function", fn, "an object")
+            raise Malformed(f"{where}[{pos}].function", fn, "an object")
         index = call.get("index")
         if index is None:
             index = pos
         elif type(index) is not int or not 0 <= index <= _MAX_INDEX:
-            raise _Malformed(f"{where}[{pos}].index", index, _INDEX_RANGE)
+            raise Malformed(f"{where}[{pos}].index", index, _INDEX_RANGE)
         call_id, name, arguments = call.get("id"), fn.get("name"), fn.get("arguments")
         for key, value in (
             ("id", call_id),
@@ -239,7 +357,7 @@ def _tool_calls(raw: Any, where: str) -> list[ToolCallDelta]:
             ("function.arguments", arguments),
         ):
             if value is not None and type(value) is not str:
-                raise _Malformed(f"{where}[{pos}].{key}", value, "a string")
+                raise Malformed(f"{where}[{pos}].{key}", value, "a string")
         if call_id or name or arguments:
             out.append(ToolCallDelta(index, call_id or None, name or None, arguments or ""))
     return out
@@ -249,38 +367,52 @@ def _usage(raw: Any) -> Usage | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise _Malformed("usage", raw, "an object")
-    details = _object(raw, "completion_tokens_details", "usage")
-    prompt_details = _object(raw, "prompt_tokens_details", "usage")
-    prompt = _count(raw, "prompt_tokens", "usage")
-    completion = _count(raw, "completion_tokens", "usage")
+        raise Malformed("usage", raw, "an object")
+    details = object_field(raw, "completion_tokens_details", "usage")
+    prompt_details = object_field(raw, "prompt_tokens_details", "usage")
+    prompt = count(raw, "prompt_tokens", "usage")
+    completion = count(raw, "completion_tokens", "usage")
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        total_tokens=_count(raw, "total_tokens", "usage") or prompt + completion,
-        reasoning_tokens=_count(details, "reasoning_tokens", "usage.completion_tokens_details"),
-        cached_tokens=_count(prompt_details, "cached_tokens", "usage.prompt_tokens_details"),
+        total_tokens=count(raw, "total_tokens", "usage") or prompt + completion,
+        reasoning_tokens=count(details, "reasoning_tokens", "usage.completion_tokens_details"),
+        cached_tokens=count(prompt_details, "cached_tokens", "usage.prompt_tokens_details"),
     )
 
 
-def _count(obj: dict[str, Any], key: str, where: str) -> int:
-    """A token count (a non-negative integer); absent or null is 0."""
+def count(obj: dict[str, Any], key: str, where: str = "") -> int:
+    """A token count (a non-negative integer) of the object at `where`; absent or null is 0."""
     value = obj.get(key)
     if value is None:
         return 0
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_COUNT:
-        raise _Malformed(f"{where}.{key}", value, f"an integer from 0 to {_MAX_COUNT}")
+        raise Malformed(_path(where, key), value, f"an integer from 0 to {_MAX_COUNT}")
     return value
 
 
-def _object(obj: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    """An object field; absent or null is {}."""
+def object_field(obj: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    """An object field of the object at `where`; absent or null is {}."""
     value = obj.get(key)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Malformed(f"{where}.{key}", value, "an object")
+        raise Malformed(_path(where, key), value, "an object")
     return value
+
+
+def string_field(obj: dict[str, Any], key: str, where: str = "") -> str:
+    """A string field of the object at `where`; absent or null is ""."""
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Malformed(_path(where, key), value, "a string")
+    return value
+
+
+def _path(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _kind(value: Any) -> str:
@@ -329,7 +461,7 @@ def _text_of(value: Any) -> str:
         return f"({_kind(value)} nested too deeply to show)"
 
 
-def _message_of(obj: Any) -> str:
+def message_of(obj: Any) -> str:
     """`error.message` (or `message`/`msg`/`detail`, or a string `error`) of a JSON error."""
     if not isinstance(obj, dict):
         return ""
@@ -343,10 +475,10 @@ def _message_of(obj: Any) -> str:
     return ""
 
 
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+def merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
             into[k] = dict(into[k])
-            _merge(into[k], v)
+            merge(into[k], v)
         else:
             into[k] = v

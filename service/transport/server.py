@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from service.core.frontdoor import FrontDoor
 from service.transport.auth import Authenticator
 from service.transport.guard import GatewayGuard
-from service.transport.servicer import AgentGatewayServicer
+from service.transport.servicer import AgentGatewayServicer, ModelCatalog, no_models
 
 log = logging.getLogger("agw.grpc")
 
@@ -36,6 +36,7 @@ class GrpcServer:
         tls: tuple[bytes, bytes] | None = None,
         heartbeat_s: float = 0.0,
         reuse_port: bool = False,
+        models: ModelCatalog = no_models,
     ) -> None:
         """`tls`: the PEM certificate chain and private key to serve TLS with;
         `heartbeat_s`: a stream's silence after which it sends a heartbeat (0: never);
@@ -44,7 +45,7 @@ class GrpcServer:
         the port fails to bind instead of silently sharing it). A server sharing its port
         also listens on an abstract Unix socket of its own (`own_target`, without TLS),
         so that its process's HTTP adapter calls this server, not whichever worker the
-        kernel would pick."""
+        kernel would pick. `models` answers ListModels."""
         self.front = front
         self.address = address
         self.server = grpc.aio.server(
@@ -62,7 +63,10 @@ class GrpcServer:
             ],
         )
         servicer = AgentGatewayServicer(
-            front, cancel_on_disconnect=cancel_on_disconnect, heartbeat_s=heartbeat_s
+            front,
+            cancel_on_disconnect=cancel_on_disconnect,
+            heartbeat_s=heartbeat_s,
+            models=models,
         )
         gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, self.server)
         self.health = health.aio.HealthServicer()

@@ -34,6 +34,12 @@ log = logging.getLogger("agw.grpc")
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
+#: Answers ListModels: the assembly gives it (the models are the providers' business).
+ModelCatalog: TypeAlias = Callable[[], Awaitable[gw.ListModelsResponse]]
+
+
+async def no_models() -> gw.ListModelsResponse:
+    return gw.ListModelsResponse()
 
 
 def unary(
@@ -72,11 +78,17 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     """Serves the `agw.v1.AgentGateway` service from the core's front door."""
 
     def __init__(
-        self, front: FrontDoor, *, cancel_on_disconnect: bool = False, heartbeat_s: float = 0.0
+        self,
+        front: FrontDoor,
+        *,
+        cancel_on_disconnect: bool = False,
+        heartbeat_s: float = 0.0,
+        models: ModelCatalog = no_models,
     ) -> None:
         self.front = front
         self.cancel_on_disconnect = cancel_on_disconnect
         self.heartbeat_s = heartbeat_s
+        self.models = models
 
     # Streaming handlers are coroutines writing with `context.write` rather than async
     # generators, so that the client going away cancels them deterministically and
@@ -185,6 +197,12 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             history=not request.live_run_only,
         )
         return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
+
+    @unary
+    async def ListModels(
+        self, request: gw.ListModelsRequest, context: Context
+    ) -> gw.ListModelsResponse:
+        return await self.models()
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:

@@ -81,6 +81,7 @@ def test_agent_gateway_routes_are_those_of_the_proto() -> None:
         ("ListChats", "GET", "/api/chats", ""),
         ("GetChat", "GET", "/api/chat", ""),
         ("Upload", "POST", "/api/upload", "*"),
+        ("ListModels", "GET", "/api/models", ""),
     }
     assert {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming} == {"Query", "Attach"}
 

@@ -163,6 +163,32 @@ CASES = [
         },
     ),
     Case(
+        "ListModels",
+        "GET",
+        "/api/models",
+        sent=gw.ListModelsRequest(),
+        reply=gw.ListModelsResponse(
+            providers=[gw.ProviderInfo(key="p", api="anthropic")],
+            aliases=[
+                gw.ModelAlias(
+                    name="smart",
+                    strategy="ordered",
+                    deployments=[gw.Deployment(name="d", state="cooling_down", retry_at_ms=7)],
+                )
+            ],
+        ),
+        data={
+            "providers": [{"key": "p", "api": "anthropic"}],
+            "aliases": [
+                {
+                    "name": "smart",
+                    "strategy": "ordered",
+                    "deployments": [{"name": "d", "state": "cooling_down", "retryAtMs": 7}],
+                }
+            ],
+        },
+    ),
+    Case(
         "Upload",
         "POST",
         "/api/upload",

@@ -245,12 +245,28 @@ async def test_429_is_retried_then_succeeds(server: LoopbackProvider) -> None:
     assert len(server.requests) == 2
 
 
-async def test_retry_after_is_capped(server: LoopbackProvider) -> None:
-    options = ProviderOptions(base_url=server.url, retry_backoff_s=0.01)
-    client = OpenAIChatClient("fake", options, max_retry_delay_s=0.05)
+async def test_a_retry_after_beyond_the_cap_is_not_retried(server: LoopbackProvider) -> None:
+    options = ProviderOptions(base_url=server.url, retry_backoff_s=0.01, max_retry_after_s=0.05)
+    client = OpenAIChatClient("fake", options)
     server.enqueue(
         [HttpError(503, "busy", headers={"Retry-After": "3600"})], [finish("stop"), DONE]
     )
+    start = time.monotonic()
+    try:
+        with pytest.raises(ProviderError) as info:
+            await collect(client)
+    finally:
+        await client.aclose()
+    assert time.monotonic() - start < 1.0
+    assert len(server.requests) == 1
+    assert info.value.status == 503 and not info.value.retryable
+    assert "Retry-After 3600 s exceeds the retry cap of 0.05 s" in str(info.value)
+
+
+async def test_back_off_is_capped_by_max_retry_after_s(server: LoopbackProvider) -> None:
+    options = ProviderOptions(base_url=server.url, retry_backoff_s=60, max_retry_after_s=0.05)
+    client = OpenAIChatClient("fake", options)
+    server.enqueue([HttpError(503, "busy")], [finish("stop"), DONE])
     start = time.monotonic()
     try:
         await collect(client)

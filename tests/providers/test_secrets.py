@@ -109,7 +109,7 @@ async def test_a_401_echoing_every_credential(
     assert shown["Authorization"] == shown["Ocp-Apim-Subscription-Key"] == shown["X-Org"] == "***"
     assert shown["X-Team"] == "blue"
     assert llm_lines(logs, "llm.end")[0].endswith(
-        "error=ProviderError: provider 'fake': HTTP 401: Incorrect API key provided: *** "
+        "error=RefusedCall: provider 'fake': HTTP 401: Incorrect API key provided: *** "
         "(subscription ***, org ***)."
     )
 

@@ -158,6 +158,7 @@ class Event(_message.Message):
     PERMISSION_ANSWER_FIELD_NUMBER: _builtins.int
     QUESTION_ASK_FIELD_NUMBER: _builtins.int
     QUESTION_ANSWER_FIELD_NUMBER: _builtins.int
+    MODEL_FALLBACK_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Position in the run's stream: 1 for the first event, then strictly
     increasing by one. Heartbeats carry 0 (they are not part of the run's log).
@@ -374,6 +375,10 @@ class Event(_message.Message):
     def question_answer(self) -> Global___QuestionAnswer:
         """"question.answer": the answer to a question (or its time-out)."""
 
+    @_builtins.property
+    def model_fallback(self) -> Global___ModelFallback:
+        """"model.fallback": a model call of an alias moved to its next deployment."""
+
     def __init__(
         self,
         *,
@@ -432,12 +437,13 @@ class Event(_message.Message):
         permission_answer: Global___PermissionAnswer | None = ...,
         question_ask: Global___QuestionAsk | None = ...,
         question_answer: Global___QuestionAnswer | None = ...,
+        model_fallback: Global___ModelFallback | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer", "model_fallback"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -1839,6 +1845,8 @@ class ModelStart(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     STAGE_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
+    DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Id of the model call within the run."""
     provider: _builtins.str
@@ -1848,7 +1856,17 @@ class ModelStart(_message.Message):
     stage: _builtins.str
     """Stage of the run: "oneshot", "react", "plan", "execute", "summary"."""
     input: _builtins.str
-    """The request's messages as JSON, truncated unless the debug level is full."""
+    """The request's messages as JSON, truncated unless the debug level is full
+    (on the first attempt of a call only).
+    """
+    deployment: _builtins.str
+    """For a call of a model alias: the deployment this attempt is made on (its
+    provider and model are `provider` and `model`). Empty for a plain call.
+    """
+    attempt: _builtins.int
+    """For a call of a model alias: the attempt's number within the call, from 1;
+    each attempt has its "model.start" and "model.end". 0 for a plain call.
+    """
     def __init__(
         self,
         *,
@@ -1857,10 +1875,12 @@ class ModelStart(_message.Message):
         model: _builtins.str = ...,
         stage: _builtins.str = ...,
         input: _builtins.str = ...,
+        deployment: _builtins.str = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "input", b"input", "model", b"model", "provider", b"provider", "stage", b"stage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "call_id", b"call_id", "deployment", b"deployment", "input", b"input", "model", b"model", "provider", b"provider", "stage", b"stage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1878,6 +1898,8 @@ class ModelEnd(_message.Message):
     DURATION_MS_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Id of the model call within the run."""
     finish_reason: _builtins.str
@@ -1888,9 +1910,15 @@ class ModelEnd(_message.Message):
     """Time from request to the end of the stream, in milliseconds."""
     output: _builtins.str
     """The call's output as text, truncated unless the debug level is full."""
+    attempt: _builtins.int
+    """The attempt that ended (see ModelStart.attempt); 0 for a plain call."""
     @_builtins.property
     def usage(self) -> Global___Usage:
         """Token usage of the call."""
+
+    @_builtins.property
+    def error(self) -> Global___ErrorDetail:
+        """Why the call or the attempt failed; unset when it did not."""
 
     def __init__(
         self,
@@ -1901,14 +1929,69 @@ class ModelEnd(_message.Message):
         duration_ms: _builtins.int = ...,
         usage: Global___Usage | None = ...,
         output: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        error: Global___ErrorDetail | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "duration_ms", b"duration_ms", "finish_reason", b"finish_reason", "first_token_ms", b"first_token_ms", "output", b"output", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "call_id", b"call_id", "duration_ms", b"duration_ms", "error", b"error", "finish_reason", b"finish_reason", "first_token_ms", b"first_token_ms", "output", b"output", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelEnd: _TypeAlias = ModelEnd  # noqa: Y015
+
+@_typing.final
+class ModelFallback(_message.Message):
+    """Payload of "model.fallback": a call of a model alias moved from one of its
+    deployments to the next. Before the call's first delta this is invisible in the
+    stream (emitted at debug level basic and above, with `restarted` false). After
+    it, and only when the alias allows restarting a call elsewhere, the blocks the
+    failed attempt had opened are closed first, what it streamed is void, and the
+    call starts over on `next_deployment` (emitted at every debug level, with
+    `restarted` true); otherwise the run ends with the error.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    NEXT_DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    RESTARTED_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """Id of the model call within the run."""
+    deployment: _builtins.str
+    """The deployment that failed."""
+    attempt: _builtins.int
+    """The number of its attempt within the call, from 1."""
+    next_deployment: _builtins.str
+    """The deployment the call moves to."""
+    restarted: _builtins.bool
+    """Whether the failed attempt had streamed (its output is discarded and the call
+    starts over).
+    """
+    @_builtins.property
+    def error(self) -> Global___ErrorDetail:
+        """Why the attempt failed."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        deployment: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        next_deployment: _builtins.str = ...,
+        error: Global___ErrorDetail | None = ...,
+        restarted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "call_id", b"call_id", "deployment", b"deployment", "error", b"error", "next_deployment", b"next_deployment", "restarted", b"restarted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelFallback: _TypeAlias = ModelFallback  # noqa: Y015
 
 @_typing.final
 class UsageUpdate(_message.Message):

@@ -879,3 +879,206 @@ class UploadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UploadResponse: _TypeAlias = UploadResponse  # noqa: Y015
+
+@_typing.final
+class ListModelsRequest(_message.Message):
+    """Request of ListModels."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModelsRequest: _TypeAlias = ListModelsRequest  # noqa: Y015
+
+@_typing.final
+class ListModelsResponse(_message.Message):
+    """Response of ListModels."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROVIDERS_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def providers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderInfo]:
+        """The providers, by key."""
+
+    @_builtins.property
+    def aliases(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelAlias]:
+        """The model aliases, by name."""
+
+    def __init__(
+        self,
+        *,
+        providers: _abc.Iterable[Global___ProviderInfo] | None = ...,
+        aliases: _abc.Iterable[Global___ModelAlias] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "providers", b"providers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModelsResponse: _TypeAlias = ListModelsResponse  # noqa: Y015
+
+@_typing.final
+class ProviderInfo(_message.Message):
+    """A configured provider."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    API_FIELD_NUMBER: _builtins.int
+    DEFAULT_MODEL_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """Its key, which agents name in `modelConfig.providerKey`."""
+    api: _builtins.str
+    """The API it speaks: "openai", "anthropic" or "gemini"."""
+    default_model: _builtins.str
+    """The model of agents that name the provider and no model."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        api: _builtins.str = ...,
+        default_model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api", b"api", "default_model", b"default_model", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderInfo: _TypeAlias = ProviderInfo  # noqa: Y015
+
+@_typing.final
+class ModelAlias(_message.Message):
+    """A model alias: deployments an agent names by one name, tried in order of
+    preference and balanced by `strategy`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STRATEGY_FIELD_NUMBER: _builtins.int
+    RESTART_ON_FAILURE_FIELD_NUMBER: _builtins.int
+    DEPLOYMENTS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The alias, which agents name in `modelConfig.model` (or `providerKey`)."""
+    strategy: _builtins.str
+    """How a call picks among the healthy deployments: "ordered", "weighted",
+    "least_busy" or "latency".
+    """
+    restart_on_failure: _builtins.bool
+    """Whether a call that fails after its first delta starts over on the next
+    deployment (announced by "model.fallback").
+    """
+    @_builtins.property
+    def deployments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Deployment]:
+        """Its deployments, in order of preference."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        strategy: _builtins.str = ...,
+        restart_on_failure: _builtins.bool = ...,
+        deployments: _abc.Iterable[Global___Deployment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployments", b"deployments", "name", b"name", "restart_on_failure", b"restart_on_failure", "strategy", b"strategy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelAlias: _TypeAlias = ModelAlias  # noqa: Y015
+
+@_typing.final
+class Deployment(_message.Message):
+    """One deployment of a model alias, and its state in this process."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RETRY_AT_MS_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    RPM_LIMIT_FIELD_NUMBER: _builtins.int
+    TPM_LIMIT_FIELD_NUMBER: _builtins.int
+    RPM_USED_FIELD_NUMBER: _builtins.int
+    TPM_USED_FIELD_NUMBER: _builtins.int
+    LATENCY_MS_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
+    FAILURES_FIELD_NUMBER: _builtins.int
+    CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name."""
+    provider: _builtins.str
+    """The provider key it calls."""
+    model: _builtins.str
+    """The model it calls."""
+    weight: _builtins.float
+    """Its share of the alias's calls under the "weighted" strategy."""
+    state: _builtins.str
+    """"healthy", "cooling_down" (failed; not tried until `retry_at_ms`),
+    "probing" (cooled down; one call tries it), "limited" (at its rate limit).
+    """
+    reason: _builtins.str
+    """Why it is not healthy: the error of its last failure, or the limit it is at."""
+    retry_at_ms: _builtins.int
+    """When a deployment cooling down is tried again, in ms since the Unix epoch."""
+    in_flight: _builtins.int
+    """Its calls in flight (of every replica, when the replicas share a Redis)."""
+    rpm_limit: _builtins.int
+    """Its limit of calls per minute (0: none)."""
+    tpm_limit: _builtins.int
+    """Its limit of tokens per minute (0: none)."""
+    rpm_used: _builtins.int
+    """Calls made this minute."""
+    tpm_used: _builtins.int
+    """Tokens used (or reserved) this minute."""
+    latency_ms: _builtins.float
+    """Its recent time to first delta, in ms (0: no call yet)."""
+    calls: _builtins.int
+    """Calls made since the service started (this process)."""
+    failures: _builtins.int
+    """Calls that failed since the service started (this process)."""
+    context_length: _builtins.int
+    """Its context length in tokens (0: not configured)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        provider: _builtins.str = ...,
+        model: _builtins.str = ...,
+        weight: _builtins.float = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        retry_at_ms: _builtins.int = ...,
+        in_flight: _builtins.int = ...,
+        rpm_limit: _builtins.int = ...,
+        tpm_limit: _builtins.int = ...,
+        rpm_used: _builtins.int = ...,
+        tpm_used: _builtins.int = ...,
+        latency_ms: _builtins.float = ...,
+        calls: _builtins.int = ...,
+        failures: _builtins.int = ...,
+        context_length: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls", "context_length", b"context_length", "failures", b"failures", "in_flight", b"in_flight", "latency_ms", b"latency_ms", "model", b"model", "name", b"name", "provider", b"provider", "reason", b"reason", "retry_at_ms", b"retry_at_ms", "rpm_limit", b"rpm_limit", "rpm_used", b"rpm_used", "state", b"state", "tpm_limit", b"tpm_limit", "tpm_used", b"tpm_used", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Deployment: _TypeAlias = Deployment  # noqa: Y015

@@ -81,6 +81,11 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.UploadResponse.FromString,
                 _registered_method=True)
+        self.ListModels = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListModels',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentGatewayServicer:
@@ -155,6 +160,14 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListModels(self, request, context):
+        """Lists the configured providers and model aliases, with the state of each
+        alias's deployments (healthy, cooling down and why, at its rate limit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentGatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +215,11 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.Upload,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.UploadResponse.SerializeToString,
+            ),
+            'ListModels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModels,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +466,33 @@ class AgentGateway:
             '/agw.v1.AgentGateway/Upload',
             agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.UploadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListModels',
+            agw_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,10 @@ class AgentGatewayStub:
     """Returns a chat's history as replayable events."""
     Upload: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]
     """Stores a file that a later query can reference."""
+    ListModels: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListModelsRequest, _gateway_pb2.ListModelsResponse]
+    """Lists the configured providers and model aliases, with the state of each
+    alias's deployments (healthy, cooling down and why, at its rate limit).
+    """
 
 @_typing.type_check_only
 class AgentGatewayAsyncStub(AgentGatewayStub):
@@ -97,6 +101,10 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Returns a chat's history as replayable events."""
     Upload: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]  # type: ignore[assignment]
     """Stores a file that a later query can reference."""
+    ListModels: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListModelsRequest, _gateway_pb2.ListModelsResponse]  # type: ignore[assignment]
+    """Lists the configured providers and model aliases, with the state of each
+    alias's deployments (healthy, cooling down and why, at its rate limit).
+    """
 
 class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
     """The agent gateway."""
@@ -180,5 +188,15 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.UploadResponse, _abc.Awaitable[_gateway_pb2.UploadResponse]]:
         """Stores a file that a later query can reference."""
+
+    @_abc_1.abstractmethod
+    def ListModels(
+        self,
+        request: _gateway_pb2.ListModelsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListModelsResponse, _abc.Awaitable[_gateway_pb2.ListModelsResponse]]:
+        """Lists the configured providers and model aliases, with the state of each
+        alias's deployments (healthy, cooling down and why, at its rate limit).
+        """
 
 def add_AgentGatewayServicer_to_server(servicer: AgentGatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

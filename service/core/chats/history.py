@@ -32,7 +32,15 @@ from service.core.values import Record
 
 #: Live-only events, absent from history.
 DROPPED = frozenset(
-    {"heartbeat", "model_start", "model_end", "usage_update", "tool_timing", "action_param"}
+    {
+        "heartbeat",
+        "model_start",
+        "model_end",
+        "model_fallback",
+        "usage_update",
+        "tool_timing",
+        "action_param",
+    }
 )
 #: Events rebuilt from a step's messages (everything else of a step is kept in `_events`).
 FROM_MESSAGES = frozenset(

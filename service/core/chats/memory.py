@@ -6,7 +6,8 @@ answers, and its tool calls followed by their results. Reasoning is never sent
 back. Assistant messages of one model response (sharing `_msgId`) are merged
 back into one message; a tool call that never got a result (a cancelled run)
 is dropped together with nothing else, so the order stays valid; extension
-fields (`_msgId`, `ts`, ...) are removed.
+fields (`_msgId`, `ts`, ...) are removed, but for `_signatures`: what the answer's API
+needs given back to continue after it (each provider keeps its own, the others drop them).
 
 A run may have summarised the oldest turns of its memory (service/core/run/window.py):
 its step record then carries `summary` — the text, and `through`, the newest run
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.core.model import SIGNATURES
 from service.core.run.transcript import Message, PastRun, flatten, summary_run
 from service.core.values import Record
 
@@ -110,6 +112,8 @@ def _step_messages(messages: list[Record]) -> list[Message]:
                     {"id": c["id"], "type": "function", "function": dict(c["function"])}
                     for c in calls
                 )
+            if message.get(SIGNATURES):
+                current.setdefault(SIGNATURES, []).extend(message[SIGNATURES])
             continue
         current = None
         if role == "tool":

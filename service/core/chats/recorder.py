@@ -52,7 +52,7 @@ from service.core.chats.history import (
 from service.core.errors import StoreFailed
 from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
-from service.core.model import ModelRequest
+from service.core.model import SIGNATURES, ModelRequest
 from service.core.ports import ChatStore
 from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
@@ -277,6 +277,9 @@ class ChatRecorder:
             message.update(self._tool_info.get(call.id, {}))
             messages.append(message)
         assistant = [m for m in messages if m["role"] == "assistant"]
+        answer = [m for m in assistant if "reasoning_content" not in m]
+        if answer and result.signatures:  # kept with what memory gives back to the model
+            answer[-1][SIGNATURES] = list(result.signatures)
         if assistant:
             assistant[-1]["_timing"] = {
                 "firstDeltaMs": round(result.first_delta_ms or 0.0, 1),

@@ -56,9 +56,13 @@ class BoundModel:
 
 
 def bind(models: ModelRouter, stage: ResolvedStage) -> BoundModel:
-    """The model `stage` calls: the stage's provider and model, else the service's defaults."""
+    """The model `stage` calls: the stage's provider and model, else the service's defaults.
+
+    A stage that names a model and no provider may name a model alias: its client is the
+    alias's (which routes each call to one of its deployments)."""
     cfg = stage.model
-    provider = cfg.provider_key or models.default_key
+    alias = models.alias_key(cfg.model) if cfg.model and not cfg.provider_key else ""
+    provider = cfg.provider_key or alias or models.default_key
     client = models.get(provider)
     model = cfg.model or models.default_model(provider)
     if not model:

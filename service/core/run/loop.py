@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.core.agents.definition import ResolvedStage
-from service.core.model import Reasoning, ToolChoice
+from service.core.model import SIGNATURES, Reasoning, ToolChoice
 from service.core.run.context import Outcome, RunContext, RunStopped
 from service.core.run.executor import LOOP_STOPPED, ToolOutcome
 from service.core.run.passes import second_pass, summarize_reasoning
@@ -30,7 +30,8 @@ NO_MORE_TOOLS = "not executed: no more tool calls are allowed in this run; answe
 
 
 def assistant_message(turn: TurnResult) -> dict[str, Any]:
-    """The turn as the assistant message sent back to the model (reasoning is not)."""
+    """The turn as the assistant message sent back to the model (reasoning is not; what
+    its API needs to continue after it is, in `_signatures`)."""
     message: dict[str, Any] = {"role": "assistant", "content": turn.content or None}
     if turn.tool_calls:
         message["tool_calls"] = [
@@ -43,6 +44,8 @@ def assistant_message(turn: TurnResult) -> dict[str, Any]:
         ]
     elif message["content"] is None:
         message["content"] = ""
+    if turn.signatures:
+        message[SIGNATURES] = list(turn.signatures)
     return message
 
 

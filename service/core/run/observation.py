@@ -30,8 +30,9 @@ from opentelemetry import metrics, trace
 
 from service.core import events
 from service.core.commands import DebugLevel
+from service.core.errors import AgwError
 from service.core.masking import mask
-from service.core.model import ModelRequest, Usage, add_usage
+from service.core.model import Attempt, ModelRequest, Restart, Usage, add_usage
 from service.core.run.eventlog import Emitter
 from service.core.run.state import Pricing, RunState
 
@@ -112,19 +113,39 @@ def _clip(text: str, full: bool) -> str:
     return text if full or len(text) <= TRUNCATE else text[:TRUNCATE] + "…"
 
 
+def _detail(error: BaseException) -> Any:
+    """The `ErrorDetail` of an error (its reason, message and facts when it has them)."""
+    if isinstance(error, AgwError):
+        return events.error_detail(error.reason, error.message, error.metadata)
+    return events.error_detail("INTERNAL", f"{type(error).__name__}: {error}")
+
+
 class ModelCallObserver:
-    """Reports one model call; `end` is called once, also on failure."""
+    """Reports one model call; `opened` once its client was asked for the call, `end`
+    once, also on failure.
+
+    A client that makes several attempts for one call (a model alias) reports each of
+    them (`CallReport`): from debug level standard, each attempt then has its own
+    `model.start`/`model.end`, naming its deployment; from debug level basic, a move to
+    the next deployment before the first delta is a `model.fallback`; a restart after it
+    (`restarted`) always is. A plain call has one `model.start`, when it is opened.
+    """
 
     def __init__(self, run: RunState, out: Emitter, request: ModelRequest) -> None:
         self.run = run
         self.out = out
         self.request = request
+        request.report = self
+        self.attempt_now: Attempt | None = None
+        self.failed: tuple[Attempt, Exception] | None = None  # the attempt a fallback left
+        self.model = request.model  # the model that answers (priced by its name)
         accounting = run.accounting
         accounting.model_calls += 1
         self.call_number = accounting.model_calls
         self.call_id = f"{run.run_id}_m_{accounting.model_calls}"
         self.cost = 0.0  # of the call, once it ended with a priced usage
         self.started = time.monotonic()
+        self.attempt_started = self.started
         self.attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": request.provider,
@@ -143,19 +164,86 @@ class ModelCallObserver:
             if tracing()
             else trace.INVALID_SPAN
         )
-        if run.debug_level >= DebugLevel.STANDARD:
-            full = run.debug_level >= DebugLevel.FULL
-            text = json.dumps(mask(request.messages), ensure_ascii=False, default=str)
-            out.emit(
+
+    def opened(self) -> None:
+        """The client was asked for the call: its `model.start`, unless it reported an
+        attempt (whose `model.start` is out already)."""
+        if self.attempt_now is None:
+            self._start(self.request.provider, self.request.model)
+
+    def attempt(self, attempt: Attempt) -> None:
+        """`CallReport`: an attempt begins (after a failed one, a fallback)."""
+        if self.failed is not None and self.run.debug_level >= DebugLevel.BASIC:
+            failed, error = self.failed
+            self._fallback(failed, error, attempt, restarted=False)
+        first = self.attempt_now is None
+        self.failed = None
+        self.attempt_now = attempt
+        self.attempt_started = time.monotonic()
+        self.model = attempt.model
+        self._start(attempt.provider, attempt.model, attempt, with_input=first)
+
+    def attempt_failed(self, attempt: Attempt, error: Exception) -> None:
+        """`CallReport`: the attempt failed before the call's first delta."""
+        self.failed = (attempt, error)
+        if self.run.debug_level >= DebugLevel.STANDARD and not self.run.done:
+            duration = time.monotonic() - self.attempt_started
+            self.out.emit(
                 events.make(
-                    "model_start",
+                    "model_end",
                     call_id=self.call_id,
-                    provider=request.provider,
-                    model=request.model,
-                    stage=request.stage,
-                    input=_clip(text, full),
+                    finish_reason="error",
+                    duration_ms=round(duration * 1000),
+                    attempt=attempt.number,
+                    error=_detail(error),
                 )
             )
+
+    def restarted(self, restart: Restart) -> None:
+        """The call starts over on its next attempt, its output so far void (the blocks of
+        the failed attempt are closed already)."""
+        self.attempt_failed(restart.failed, restart.error)
+        self.failed = None
+        self._fallback(restart.failed, restart.error, restart.next, restarted=True)
+        self.attempt(restart.next)
+
+    def _fallback(self, failed: Attempt, error: Exception, to: Attempt, *, restarted: bool) -> None:
+        if self.run.done:
+            return
+        self.out.emit(
+            events.make(
+                "model_fallback",
+                call_id=self.call_id,
+                deployment=failed.deployment,
+                attempt=failed.number,
+                next_deployment=to.deployment,
+                error=_detail(error),
+                restarted=restarted,
+            )
+        )
+
+    def _start(
+        self, provider: str, model: str, attempt: Attempt | None = None, *, with_input: bool = True
+    ) -> None:
+        run = self.run
+        if run.debug_level < DebugLevel.STANDARD or run.done:
+            return
+        full = run.debug_level >= DebugLevel.FULL
+        text = ""
+        if with_input:
+            text = json.dumps(mask(self.request.messages), ensure_ascii=False, default=str)
+        self.out.emit(
+            events.make(
+                "model_start",
+                call_id=self.call_id,
+                provider=provider,
+                model=model,
+                stage=self.request.stage,
+                input=_clip(text, full),
+                deployment=attempt.deployment if attempt is not None else "",
+                attempt=attempt.number if attempt is not None else 0,
+            )
+        )
 
     def end(
         self,
@@ -166,6 +254,7 @@ class ModelCallObserver:
         output: str,
         error: BaseException | None,
     ) -> None:
+        self.request.report = None  # no cycle left between the request and the run
         run, span = self.run, self.span
         duration = time.monotonic() - self.started
         failed = {**self.attributes, "error.type": type(error).__name__} if error else None
@@ -196,6 +285,7 @@ class ModelCallObserver:
         if run.debug_level >= DebugLevel.STANDARD:
             full = run.debug_level >= DebugLevel.FULL
             reason = finish_reason or ("error" if error else "")
+            attempt = self.attempt_now
             self.out.emit(
                 events.make(
                     "model_end",
@@ -207,6 +297,8 @@ class ModelCallObserver:
                     output=_clip(json.dumps(mask(output), ensure_ascii=False), full)
                     if not isinstance(output, str)
                     else _clip(output, full),
+                    attempt=attempt.number if attempt is not None else 0,
+                    error=_detail(error) if error is not None else None,
                 )
             )
         if usage is not None:
@@ -215,7 +307,7 @@ class ModelCallObserver:
     def _report_usage(self, usage: Usage) -> None:
         accounting = self.run.accounting
         accounting.usage = add_usage(accounting.usage, usage)
-        cost = accounting.pricing(self.request.model, usage) if accounting.pricing else None
+        cost = accounting.pricing(self.model, usage) if accounting.pricing else None
         if cost is not None:
             accounting.cost += cost
             self.cost = cost
@@ -226,7 +318,7 @@ class ModelCallObserver:
             events.make(
                 "usage_update",
                 call_id=self.call_id,
-                model=self.request.model,
+                model=self.model,
                 call_usage=events.usage(usage),
                 run_usage=events.usage(accounting.usage),
                 call_cost=cost or 0.0,

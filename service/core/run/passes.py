@@ -72,8 +72,17 @@ async def summarize_reasoning(ctx: RunContext, stage: ResolvedStage) -> None:
         pieces: list[str] = []
         error: BaseException | None = None
         try:
-            async with client.stream(request) as deltas:
+            opened = client.stream(request)
+            observer.opened()
+            async with opened as deltas:
                 async for delta in deltas:
+                    if delta.restart is not None:  # starts over elsewhere: its block is void
+                        if result.reasoning_id:
+                            out.emit(events.reasoning_end(result.reasoning_id))
+                        result.reasoning_id = ""
+                        pieces.clear()
+                        observer.restarted(delta.restart)
+                        continue
                     piece = delta.content or delta.reasoning
                     if piece:
                         if not result.reasoning_id:

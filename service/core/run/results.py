@@ -48,6 +48,9 @@ class TurnResult:
     hidden_reasoning: str = ""  # reasoning collected but not streamed (emit_reasoning=False)
     task_id: str = ""  # the plan task the turn worked for, if any
     parent_tool_id: str = ""  # the subagent call whose nested run made the turn, if any
+    # What the API needs given back with the turn to continue after it (thinking
+    # signatures, thought signatures): kept with its assistant message, never shown.
+    signatures: list[dict[str, Any]] = field(default_factory=list)
     cost: float = 0.0  # of the call, in the price table's currency, when priced
 
     def to_json(self) -> dict[str, Any]:

@@ -6,7 +6,9 @@ turn produced, for the mode to act on and for the chat memory. A text block
 (reasoning or content) closes when the kind of output changes; tool-call blocks
 stay open until the stream ends, so fragments of parallel calls may interleave. Leaving
 the function — normally, by error or by cancellation — closes the upstream
-request; blocks still open are closed by the run's `finish`.
+request; blocks still open are closed by the run's `finish`. A call that starts over on
+another deployment of its model alias after it had streamed (`ModelDelta.restart`) has
+its open blocks closed, a `model.fallback` said, and its output so far dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core import events
-from service.core.model import ModelClient, ModelRequest
+from service.core.model import ModelClient, ModelRequest, Restart
 from service.core.run.eventlog import Emitter
 from service.core.run.observation import ModelCallObserver
 from service.core.run.results import ToolCall, TurnResult
@@ -133,11 +135,29 @@ async def stream_turn(
             emit(events.content_end(open_id))
         open_kind = ""
 
+    def restart(restart: Restart) -> None:
+        """The call starts over elsewhere: its blocks are closed, its output so far void."""
+        close_text()
+        for call in calls.values():
+            emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
+        observer.restarted(restart)
+        reasoning.clear()
+        content.clear()
+        calls.clear()
+        result.signatures.clear()
+        result.finish_reason, result.usage = "", None
+        result.reasoning_id = result.content_id = ""
+
     observer = ModelCallObserver(run, out, request)
     error: BaseException | None = None
     try:
-        async with client.stream(request) as deltas:
+        stream = client.stream(request)  # a client routing calls reports its first attempt
+        observer.opened()
+        async with stream as deltas:
             async for delta in deltas:
+                if delta.restart is not None:
+                    restart(delta.restart)
+                    continue
                 if result.first_delta_ms is None:
                     result.first_delta_ms = (time.monotonic() - started) * 1000
                 if delta.reasoning and not emit_reasoning:
@@ -179,6 +199,8 @@ async def stream_turn(
                     result.finish_reason = delta.finish_reason
                 if delta.usage is not None:
                     result.usage = delta.usage
+                if delta.signatures:
+                    result.signatures += delta.signatures
         close_text()
         for call in calls.values():  # parallel calls stay open until the turn's stream ends
             emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))

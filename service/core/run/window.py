@@ -300,8 +300,15 @@ async def _collect(
     usage = None
     error: BaseException | None = None
     try:
-        async with client.stream(request) as deltas:
+        stream = client.stream(request)
+        observer.opened()
+        async with stream as deltas:
             async for delta in deltas:
+                if delta.restart is not None:  # starts over elsewhere: its output so far void
+                    content.clear()
+                    arguments.clear()
+                    observer.restarted(delta.restart)
+                    continue
                 content.append(delta.content or "")
                 arguments += [fragment.arguments for fragment in delta.tool_calls]
                 finish_reason = delta.finish_reason or finish_reason
