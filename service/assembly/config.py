@@ -75,7 +75,7 @@ class ApiKeySettings(BaseModel):
 
 
 class McpServerSettings(BaseModel):
-    """One MCP server whose tools the service offers (README "Tool sources: MCP and HTTP").
+    """One MCP server whose tools the service offers (docs/agents.md, "Tool sources: MCP and HTTP").
 
     Values of `env` and `headers` may hold `${ENV:NAME}` references to the service's
     environment (for credentials); they are resolved at each connection. The `url`
@@ -112,7 +112,7 @@ class McpServerSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    """The service's settings (see README for the full table)."""
+    """The service's settings (the full table: docs/settings.md)."""
 
     model_config = SettingsConfigDict(
         env_prefix="AGW_",
@@ -123,8 +123,8 @@ class Settings(BaseSettings):
 
     # Process: the event loop, "auto" (uvloop where available), "asyncio" or "uvloop"
     event_loop: EventLoopChoice = "auto"
-    # Worker processes serving the same ports (README "Workers"): 1 is this process alone;
-    # N > 1 makes `python -m service` a supervisor of N workers; 0 or "auto": one per CPU.
+    # Worker processes serving the same ports (docs/scale-out.md, Workers): 1 is this process
+    # alone; N > 1 makes `python -m service` a supervisor of N workers; 0 or "auto": one per CPU.
     workers: int = Field(default=1, ge=0)
     # Bind the gRPC and HTTP ports with SO_REUSEPORT (the supervisor sets it for its workers).
     reuse_port: bool = False
@@ -154,7 +154,7 @@ class Settings(BaseSettings):
         default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"]
     )
 
-    # Security (README "Security"): credentials in the `authorization` header, TLS
+    # Security (docs/security.md): credentials in the `authorization` header, TLS
     auth_api_keys: list[ApiKeySettings] = Field(default_factory=list)
     auth_jwt_jwks_url: str = ""  # an OIDC issuer's JWKS URL
     auth_jwt_public_key: str = ""  # or a PEM public key
@@ -217,7 +217,7 @@ class Settings(BaseSettings):
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
     upload_store: Literal["files", "memory", "postgres"] | None = None
-    # The Redis run bus (run_bus = "redis"; README "Redis run bus"): the server, this
+    # The Redis run bus (run_bus = "redis"; docs/scale-out.md, "Redis run bus"): the server, this
     # replica's id (default hostname-pid-random), how long a silent replica keeps its runs,
     # how long an ended run's stream is kept and how long it may grow, and how long a
     # Submit or Cancel forwarded to the replica executing the run waits for its answer.

@@ -68,7 +68,7 @@ def check_exposure(settings: Settings, auth: Authenticator) -> None:
     if exposed:
         raise UnsafeExposure(
             f"refusing to serve {', '.join(exposed)} without authentication: configure "
-            "AGW_AUTH_API_KEYS or AGW_AUTH_JWT_* (see README, Security), or set "
+            "AGW_AUTH_API_KEYS or AGW_AUTH_JWT_* (see docs/security.md), or set "
             "AGW_ALLOW_UNAUTHENTICATED=true if another layer authenticates callers"
         )
 

@@ -1,4 +1,4 @@
-"""The error table in both directions: the service, errors.proto, the clients and the README.
+"""The error table in both directions: the service, errors.proto, the clients and the docs.
 
 Every reason the service can send is declared in `agw.v1.ErrorReason` and every
 declared reason is sent by the service; every error class reaches the Python and
@@ -166,8 +166,8 @@ def test_every_constant_reason_of_a_run_or_task_event_is_declared() -> None:
         assert reason in DECLARED, f"{file}:{line}: {reason!r} is not in errors.proto"
 
 
-def test_the_readme_lists_every_reason_with_its_status() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_list_every_reason_with_its_status() -> None:
+    readme = (ROOT / "docs" / "grpc.md").read_text()
     table = readme.split("<!-- The reasons, in the order of errors.proto", 1)[1].split("\n\n")[0]
     rows = re.findall(r"^\| `([A-Z_]+)` \| (?:`([A-Z_]+)`|—) \| .+ \|$", table, re.M)
     statuses = e.reasons()
