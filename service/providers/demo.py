@@ -6,8 +6,8 @@ through the very same HTTP client and SSE parser a real provider uses. The
 demo streams word by word, paced like a real model, and reasons first when the
 request switches reasoning on.
 
-What it does is decided by `demo_tools.decide` from the request's structure and
-the agent's script (the body's `script` field, set by an agent file with
+What it does is decided by `demo_tools.decide` from the request's structure, the
+cities the user names and the agent's script (the body's `script` field, set by an agent file with
 `modelConfig.extraBody: {"demo": {"script": {...}}}`); with no tool in play and
 no scripted answer, it echoes the user's message.
 """
@@ -20,7 +20,7 @@ import secrets
 from typing import Any
 
 from service.providers import loopback as lb
-from service.providers.demo_tools import Answer, Call, Script, decide
+from service.providers.demo_tools import Answer, Call, Script, decide, demo_text
 
 DEMO_KEY = "demo"
 DEMO_MODEL = "agw-demo"
@@ -62,10 +62,10 @@ def demo_reply(body: dict[str, Any]) -> tuple[str, str]:
         if _wants_reasoning(body)
         else ""
     )
-    answer = (
-        f"You said: “{said}”.\n\nThis answer comes from agw's built-in demo model, streamed "
-        "word by word through the same OpenAI-compatible client a real provider uses. "
-        "Configure a provider (see the README) to talk to a real model."
+    answer = demo_text(
+        f"You said: “{said}”.\n\nI echo what you write, streamed word by word through the "
+        "same OpenAI-compatible client a real provider uses. Configure a provider "
+        "(docs/providers.md) to talk to a real model."
     )
     return reasoning, answer
 
