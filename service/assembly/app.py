@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from typing import Any
 
 from service import state
 from service.assembly import security
-from service.assembly.config import McpServerSettings, ProviderSettings, Settings
+from service.assembly.config import CannotStart, McpServerSettings, ProviderSettings, Settings
 from service.builtins.bash import BashOptions
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
@@ -35,6 +36,37 @@ from service.toolsources.mcp import McpServer, McpServerOptions
 from service.transport.server import GrpcServer
 
 log = logging.getLogger("agw")
+
+
+class AddressUnavailable(CannotStart):
+    """An address to listen on cannot be bound: in use, or not an address of this host."""
+
+    def __init__(self, what: str, address: str, setting: str, also: str = "") -> None:
+        host, _, port = address.rpartition(":")
+        other = f"{host}:{int(port) + 1}" if port.isdigit() and port != "0" else f"{host}:0"
+        super().__init__(
+            f"cannot listen for {what} on {address} (in use by another process, or not an "
+            f"address of this host): set {setting} to another address, e.g. {other}{also}"
+        )
+
+
+HTTP_ALSO = " (or AGW_HTTP_ENABLED=false for no HTTP API and page)"
+
+
+def check_free(address: str, what: str, setting: str, also: str = "") -> None:
+    """`AddressUnavailable` unless "host:port" can be bound now (port 0 always can), so
+    that a busy port is said before anything starts."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError:
+            raise AddressUnavailable(what, address, setting, also) from None
 
 
 def pricing(settings: Settings) -> Pricing:
@@ -121,7 +153,7 @@ class App:
             log_mask=settings.interaction_log_mask_sensitive,
         )
         self.agents = AgentRegistry(settings.agents_dir)
-        self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
+        self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_server_list]
         self.skills = SkillRegistry(settings.skills_dir)
         self.tools = ToolRegistry(
             settings.tools_dir,
@@ -184,17 +216,28 @@ class App:
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
         self.tls = security.tls_material(settings)
-        self.grpc = GrpcServer(
-            self.frontdoor,
-            settings.grpc_address,
-            keepalive_time_s=settings.keepalive_time_s,
-            cancel_on_disconnect=settings.disconnect_policy == "cancel",
-            authenticator=self.authenticator,
-            max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
-            tls=self.tls,
-            heartbeat_s=settings.grpc_heartbeat_s,
-            reuse_port=settings.reuse_port,
-        )
+        if not settings.reuse_port:  # a worker shares its ports with the others
+            check_free(settings.grpc_address, "gRPC", "AGW_GRPC_ADDRESS")
+            if settings.http_enabled:
+                check_free(settings.http_address, "HTTP", "AGW_HTTP_ADDRESS", HTTP_ALSO)
+        try:
+            self.grpc = GrpcServer(
+                self.frontdoor,
+                settings.grpc_address,
+                keepalive_time_s=settings.keepalive_time_s,
+                cancel_on_disconnect=settings.disconnect_policy == "cancel",
+                authenticator=self.authenticator,
+                max_concurrent_rpcs=(
+                    settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256
+                ),
+                tls=self.tls,
+                heartbeat_s=settings.grpc_heartbeat_s,
+                reuse_port=settings.reuse_port,
+            )
+        except (OSError, RuntimeError) as error:  # grpc says RuntimeError("Failed to bind ...")
+            if isinstance(error, RuntimeError) and "bind" not in str(error):
+                raise
+            raise AddressUnavailable("gRPC", settings.grpc_address, "AGW_GRPC_ADDRESS") from None
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
         self._stop_watch = asyncio.Event()
@@ -259,7 +302,11 @@ class App:
             allowed_hosts=settings.http_allowed_hosts,
             **tls,
         )
-        await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
+        try:
+            await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
+        except OSError:
+            address = settings.http_address
+            raise AddressUnavailable("HTTP", address, "AGW_HTTP_ADDRESS", HTTP_ALSO) from None
 
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))

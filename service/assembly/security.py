@@ -16,13 +16,13 @@ from typing import Any
 import grpc
 from cryptography import x509
 
-from service.assembly.config import Settings
+from service.assembly.config import CannotStart, Settings
 from service.transport.auth import Authenticator, JwtOptions, api_key
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
-class UnsafeExposure(RuntimeError):
+class UnsafeExposure(CannotStart):
     """The settings would serve a network address with no authentication."""
 
 

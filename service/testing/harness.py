@@ -98,6 +98,7 @@ class Harness:
             "data_dir": agents_dir.parent / "data",
             "providers": providers,
             "default_provider": FAKE_PROVIDER if provider else "",
+            "mcp_servers": [],  # not the example server `make run` starts
         }
         settings = Settings(**{**defaults, **overrides})
         app = App(settings)
