@@ -54,6 +54,13 @@ docs: $(STAMP) ## Build the documentation site from docs/ into build/site/ (--st
 gen: $(STAMP) ## Regenerate gen/ from proto/
 	$(PY) scripts/gen.py
 
+# The web page's browser libraries (marked, DOMPurify, highlight.js), vendored under
+# service/gateway/static/vendor/ and committed: `make run` needs no network.
+vendor: $(STAMP) ## Refresh the page's vendored libraries from npm (pinned in scripts/vendor/package.json)
+	@command -v npm >/dev/null || { echo "please install Node.js (>= 18) and npm"; exit 1; }
+	cd scripts/vendor && npm ci --no-audit --no-fund --loglevel=error
+	$(PY) scripts/vendor.py
+
 lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, buf lint on proto/
 	$(VENV)/bin/ruff check service tests scripts bench clients
 	$(VENV)/bin/ruff format --check service tests scripts bench clients
@@ -87,4 +94,4 @@ bench-scale: install ## Benchmarks of scale-out (about 1 min): 1 process vs 3 re
 bench-litellm: install ## The LiteLLM proxy vs the gateway, same paced streams (installs litellm[proxy] in bench/.venv-litellm)
 	$(PY) -m bench.litellm
 
-.PHONY: help install run test docs gen lint lint-proto bench bench-quick bench-scale bench-litellm
+.PHONY: help install run test docs vendor gen lint lint-proto bench bench-quick bench-scale bench-litellm
