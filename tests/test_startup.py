@@ -19,6 +19,7 @@ from agw.v1 import gateway_pb2_grpc
 
 from service.assembly.config import EXAMPLE_MCP_SERVER, Settings
 from tests.core.tools.kit import result_of
+from tests.workers.conftest import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30
@@ -142,24 +143,10 @@ def test_the_example_mcp_server_is_served_unless_servers_are_set(
 
 async def test_make_run_serves_the_mcp_example_agent(tmp_path: Path) -> None:
     """From the repository's root with no MCP setting, as `make run`: demo_mcp works."""
-    port_file = tmp_path / "port"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "service",
-        "--port-file",
-        str(port_file),
-        cwd=ROOT,
-        env=environment(tmp_path, AGW_DEMO_DELAY_MS="0", AGW_HTTP_ENABLED="false"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    env = environment(tmp_path, AGW_DEMO_DELAY_MS="0", AGW_HTTP_ENABLED="false")
+    process, port = await launch(tmp_path, env, cwd=ROOT)
     try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            while not (port_file.exists() and port_file.read_text()):
-                assert process.returncode is None, "the service did not start"
-                await asyncio.sleep(0.1)
-        target = f"127.0.0.1:{port_file.read_text()}"
+        target = f"127.0.0.1:{port}"
         async with grpc.aio.insecure_channel(target) as channel:
             stub = gateway_pb2_grpc.AgentGatewayStub(channel)
             request = gw.QueryRequest(agent_key="demo_mcp", message="What time is it in Tokyo?")

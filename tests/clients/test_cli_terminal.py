@@ -21,7 +21,8 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
-from service.testing import Harness, oneshot_agent, write_agent
+from service.testing import Harness, oneshot_agent, serve_gateway, write_agent
+from tests.clients.conftest import start_agw
 from tests.clients.test_cli import Agw, read_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,24 +152,12 @@ class LateGateway(gateway_pb2_grpc.AgentGatewayServicer):
 
 async def test_after_ctrl_c_nothing_of_the_run_is_printed_but_its_end() -> None:
     servicer = LateGateway()  # type: ignore[abstract]
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "agw_client", "query", "any", "Hi"),
-            *("--target", f"127.0.0.1:{port}"),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
+    async with serve_gateway(servicer) as target:
+        process = await start_agw(target, "query", "any", "Hi")
         assert process.stdout is not None
         shown = await read_until(process.stdout, "so far")
         process.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(process.communicate(), 30)
-    finally:
-        await server.stop(None)
     assert process.returncode == 130
     assert shown + out.decode() == "so far\n"  # the line ended, and no " and then" after it
     assert err.decode().splitlines() == [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from agw.v1 import gateway_pb2 as gw
-from playwright.async_api import Browser, BrowserContext
+from playwright.async_api import Browser, BrowserContext, Page
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
 from service.testing import Harness, oneshot_agent, write_agent
@@ -41,6 +41,16 @@ contexts = test_page.contexts
 open_page = test_page.open_page
 quick_demo = test_page.quick_demo
 provider = test_page.provider
+
+
+async def send(page: Page, message: str, agent: str = "", *, done: bool = False) -> None:
+    """Send `message` (to `agent` when given) from the composer; `done`: wait for the run's end."""
+    if agent:
+        await page.select_option("#agent", agent)
+    await page.fill("#message", message)
+    await page.click("#send")
+    if done:
+        await page.locator('.run[data-status="complete"]').last.wait_for()
 
 
 async def agent_of(harness: Harness, key: str) -> gw.Agent:
@@ -99,9 +109,7 @@ async def test_a_react_answer_reads_as_markdown_with_its_calls_folded_to_one_lin
     open_page: OpenPage, quick_demo: Harness, viewport: dict[str, int]
 ) -> None:
     page, errors = await open_page(quick_demo.http_url, viewport)
-    await page.fill("#message", "What's the weather in Lyon?")
-    await page.click("#send")
-    await page.locator('.run[data-status="complete"]').wait_for()
+    await send(page, "What's the weather in Lyon?", done=True)
 
     answer = page.locator(".run .content")
     assert await answer.locator("p > em").first.inner_text() == (
@@ -160,10 +168,7 @@ async def test_markdown_renders_and_nothing_a_model_writes_can_run_script(
     provider.enqueue([*(content(piece) for piece in MARKDOWN), finish("stop"), DONE])
     async with Harness.start(agents_dir, provider) as gateway:
         page, errors = await open_page(gateway.http_url)
-        await page.select_option("#agent", "plain")
-        await page.fill("#message", "Show me everything")
-        await page.click("#send")
-        await page.locator('.run[data-status="complete"]').wait_for()
+        await send(page, "Show me everything", "plain", done=True)
         answer = page.locator(".run .content")
         assert await answer.locator("h2").inner_text() == "Plan"
         assert await answer.locator("ul > li").all_inner_texts() == ["one", "two bold"]
@@ -215,9 +220,7 @@ async def test_a_streamed_answer_is_rendered_at_most_once_a_frame(
         contexts.append(context)
         await context.add_init_script(COUNT_RENDERS)
         page, errors = await _goto(await context.new_page(), gateway.http_url)
-        await page.select_option("#agent", "plain")
-        await page.fill("#message", "Go on")
-        await page.click("#send")
+        await send(page, "Go on", "plain")
         await page.locator(
             ".run .content", has_text="First."
         ).wait_for()  # rendered while streaming
@@ -252,8 +255,7 @@ async def test_waiting_is_said_and_one_answer_among_options_is_one_click(
     )
     async with Harness.start(agents, provider) as gateway:
         page, errors = await open_page(gateway.http_url, viewport)
-        await page.fill("#message", "A weekend away")
-        await page.click("#send")
+        await send(page, "A weekend away")
         ask = page.locator(".card.ask")
         await ask.locator(".option").first.wait_for()
         status = page.locator(".run .run-status")
@@ -279,9 +281,7 @@ async def test_new_chat_and_another_agent_work_while_a_run_waits(
     open_page: OpenPage, quick_demo: Harness
 ) -> None:
     page, errors = await open_page(quick_demo.http_url)
-    await page.select_option("#agent", "demo_frontend")
-    await page.fill("#message", "Shall we start?")
-    await page.click("#send")
+    await send(page, "Shall we start?", "demo_frontend")
     await page.frame_locator(TOOL_VIEW).locator("#options button").first.wait_for()
     assert await page.locator(".run .run-status").inner_text() == WAITING
     waiting_chat = page.url.partition("#chat=")[2]
@@ -298,15 +298,11 @@ async def test_new_chat_and_another_agent_work_while_a_run_waits(
     # Another agent: its empty chat, and a message goes to it.
     await page.select_option("#agent", "demo_oneshot")
     await page.locator(".empty-state h2", has_text="Friendly assistant").wait_for()
-    await page.fill("#message", "Hello")
-    await page.click("#send")
-    await page.locator('.run[data-status="complete"]').wait_for()
+    await send(page, "Hello", done=True)
 
     # Switching agents during a waiting run leaves it waiting too.
     await page.click("#new-chat")
-    await page.select_option("#agent", "demo_frontend")
-    await page.fill("#message", "Ready?")
-    await page.click("#send")
+    await send(page, "Ready?", "demo_frontend")
     await page.frame_locator(TOOL_VIEW).locator("#options button").first.wait_for()
     await page.select_option("#agent", "demo_plain")
     await page.locator(".empty-state h2", has_text="Plain assistant").wait_for()
@@ -347,9 +343,7 @@ async def test_icons_are_inline_svg_never_emoji(
     await page.select_option("#agent", "demo_action")
     if viewport is PHONE:
         await page.click("#scrim", position={"x": 370, "y": 400})
-    await page.fill("#message", "Make it dark, then celebrate!")
-    await page.click("#send")
-    await page.locator('.run[data-status="complete"]').wait_for()
+    await send(page, "Make it dark, then celebrate!", done=True)
     await page.wait_for_function("() => window.burst === true")  # fireworks, drawn in SVG
     shown = await page.evaluate("document.body.innerText")
     options = await page.locator("#agent option").all_inner_texts()
@@ -396,9 +390,7 @@ async def test_an_error_says_what_is_wrong_in_one_sentence(
 ) -> None:
     """demo_mcp where no MCP server is configured (the harness sets none)."""
     page, errors = await open_page(quick_demo.http_url, PHONE)
-    await page.select_option("#agent", "demo_mcp")
-    await page.fill("#message", "What time is it in Paris?")
-    await page.click("#send")
+    await send(page, "What time is it in Paris?", "demo_mcp")
     note = page.locator("#composer-note")
     await note.wait_for()
     assert await note.inner_text() == (
@@ -413,10 +405,7 @@ async def test_a_plan_run_keeps_the_plan_s_own_calls_in_its_card(
     open_page: OpenPage, quick_demo: Harness, viewport: dict[str, int]
 ) -> None:
     page, errors = await open_page(quick_demo.http_url, viewport)
-    await page.select_option("#agent", "demo_plan")
-    await page.fill("#message", "Plan a day in Lyon")
-    await page.click("#send")
-    await page.locator('.run[data-status="complete"]').wait_for()
+    await send(page, "Plan a day in Lyon", "demo_plan", done=True)
     plan = page.locator(".run .plan")
     assert await plan.locator("li").all_inner_texts() == [
         "Find the local date and time in Lyon",

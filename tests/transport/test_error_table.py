@@ -44,7 +44,7 @@ from agw_client import errors as client_errors
 import service
 from service.core import errors as e
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
-from service.testing import Harness, oneshot_agent, write_agent
+from service.testing import Harness, oneshot_agent, serve_gateway, write_agent
 from service.transport.errors import GRPC_CODE
 from service.transport.servicer import unary
 from tests.transport.test_query import error_info
@@ -277,14 +277,8 @@ class RaisingServicer(gateway_pb2_grpc.AgentGatewayServicer):
 
 @pytest.fixture
 async def raising() -> AsyncIterator[str]:
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(RaisingServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
+    async with serve_gateway(RaisingServicer()) as target:
+        yield target
 
 
 async def test_every_error_class_arrives_in_the_python_client(raising: str) -> None:
