@@ -41,12 +41,25 @@ install: $(STAMP) $(SYSTEM) $(NODE_MODULES) ## Create the virtualenv, install th
 run: $(STAMP) ## Start the service on embedded defaults (gRPC :50051, HTTP and page :8080)
 	$(PY) -m service
 
-test: install ## Run the whole test suite (checks that gen/ is fresh first)
+test: install ## Run the whole test suite (checks that gen/ is fresh first), then build the docs site strictly
 	$(PY) scripts/gen.py --check
 	$(PY) -m pytest -q
+	$(MKDOCS) build --strict --quiet
+
+# The documentation site (mkdocs.yml; docs/ built into build/site/, git-ignored).
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(STAMP) ## Build the documentation site from docs/ into build/site/ (--strict: broken links fail)
+	$(MKDOCS) build --strict
 
 gen: $(STAMP) ## Regenerate gen/ from proto/
 	$(PY) scripts/gen.py
+
+# The web page's browser libraries (marked, DOMPurify, highlight.js), vendored under
+# service/gateway/static/vendor/ and committed: `make run` needs no network.
+vendor: $(STAMP) ## Refresh the page's vendored libraries from npm (pinned in scripts/vendor/package.json)
+	@command -v npm >/dev/null || { echo "please install Node.js (>= 18) and npm"; exit 1; }
+	cd scripts/vendor && npm ci --no-audit --no-fund --loglevel=error
+	$(PY) scripts/vendor.py
 
 lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, buf lint on proto/
 	$(VENV)/bin/ruff check service tests scripts bench clients
@@ -58,7 +71,8 @@ lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, bu
 lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.yaml)
 	$(BUF) lint
 
-bench: install ## Benchmarks: baselines, the gateway, the SSE adapter, 1 vs 2 workers, the memory soak, model routing
+bench: install ## Benchmarks (about 12 min): baselines, the gateway, the SSE adapter, 1 vs 3 replicas, 1 vs 2 workers, the memory soak, model routing
+	@echo "make bench: about 12 minutes on 2 cores (make bench-quick: a 1-minute smoke run)"
 	$(PY) -m bench
 	$(PY) -m bench.sse
 	$(PY) -m bench.replicas
@@ -66,11 +80,22 @@ bench: install ## Benchmarks: baselines, the gateway, the SSE adapter, 1 vs 2 wo
 	$(PY) -m bench.soak
 	$(PY) -m bench.routing
 
-bench-scale: install ## Benchmarks of scale-out: 1 process vs 3 replicas (Postgres + Redis), the Redis hop
+# The same modules with tiny sizes: checks that they run, figures not representative.
+QUICK_OUT := bench/results/quick
+bench-quick: install ## The benchmarks with tiny sizes (about 1 min): a smoke run, results in bench/results/quick/
+	@echo "make bench-quick: about 1 minute; figures of tiny sizes, not representative"
+	$(PY) -m bench --quick --out $(QUICK_OUT)/latest.json
+	$(PY) -m bench.sse --burst-events 500 --streams 4 --paced-events 50 --repeats 1 --codec-rounds 2000
+	$(PY) -m bench.replicas --streams 3 --deltas 20 --rounds 1 --out $(QUICK_OUT)/replicas.json
+	$(PY) -m bench.workers --quick --rounds 1 --out $(QUICK_OUT)/workers.json
+	$(PY) -m bench.soak --quick
+	$(PY) -m bench.routing --calls 2000 --deltas 50 --rounds 1 --failover-calls 10
+
+bench-scale: install ## Benchmarks of scale-out (about 1 min): 1 process vs 3 replicas (Postgres + Redis), the Redis hop
 	$(PY) -m bench.replicas
 	$(PY) -m bench.redis_hop
 
 bench-litellm: install ## The LiteLLM proxy vs the gateway, same paced streams (installs litellm[proxy] in bench/.venv-litellm)
 	$(PY) -m bench.litellm
 
-.PHONY: help install run test gen lint lint-proto bench bench-scale bench-litellm
+.PHONY: help install run test docs vendor gen lint lint-proto bench bench-quick bench-scale bench-litellm

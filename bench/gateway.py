@@ -52,6 +52,7 @@ def gateway_settings(provider_url: str, workdir: Path, max_streams: int) -> Sett
         default_provider=PROVIDER_KEY,
         max_concurrent_runs=max_streams,
         shutdown_grace_s=2.0,
+        mcp_servers=[],  # not the example MCP server `make run` starts
     )
 
 

@@ -1,7 +1,7 @@
 """The report: the gateway's figures next to the baselines, the ratios, the targets.
 
 `build` turns the raw figures of a run into the results document (also written
-as JSON); `markdown` renders it as the tables the README quotes. The targets
+as JSON); `markdown` renders it as the tables docs/performance.md quotes. The targets
 are judged on the gateway against the minimal relay on the HTTP client the
 gateway uses itself (aiohttp, `REFERENCE`) measured in the same run, and the
 paced load's figures are those of a rate both sustained (bench/suite.py). The

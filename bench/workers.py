@@ -119,6 +119,7 @@ def service_env(
         "AGW_PROVIDERS__BENCH__MAX_RETRIES": "0",
         "AGW_PROVIDERS__BENCH__MAX_CONNECTIONS": str(streams),
         "AGW_LOG_LEVEL": "WARNING",
+        "AGW_MCP_SERVERS": "[]",  # not the example MCP server `make run` starts
     }
     env.pop("AGW_CONFIG_FILE", None)
     return env

@@ -9,7 +9,9 @@ the supervisor of that many such processes on the same ports
     python -m service [--port-file FILE]
 
 `--port-file` gets the bound gRPC port once the service listens (with workers:
-once every worker does). `--ready-fd N` is how a supervisor's worker says it
+once every worker does). Settings it cannot start with — unreadable, an address in use,
+a network address without authentication — are one line naming the setting to change,
+and exit code 2. `--ready-fd N` is how a supervisor's worker says it
 listens: one JSON line on descriptor N (its pid, replica, gRPC and HTTP ports).
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from service.assembly import logs
 from service.assembly.app import App
-from service.assembly.config import Settings
+from service.assembly.config import CannotStart, Settings, load_settings
 from service.assembly.telemetry import configure as configure_telemetry
 from service.process import eventloop, gctune, workers
 from service.process.supervisor import announce_ready
@@ -34,19 +36,34 @@ from service.process.supervisor import announce_ready
 log = logging.getLogger("agw")
 
 
+#: The exit code of a service that cannot start as set.
+CANNOT_START = 2
+
+
 async def serve(
     settings: Settings, port_file: str | None = None, ready_fd: int | None = None
-) -> None:
+) -> int:
     """Serve until SIGTERM/SIGINT; write the bound gRPC port to `port_file` once listening,
-    and announce it on the descriptor `ready_fd` (a supervisor's pipe)."""
+    and announce it on the descriptor `ready_fd` (a supervisor's pipe). The exit code."""
     telemetry = configure_telemetry(settings)
-    log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     stop = asyncio.Event()  # a signal during start-up stops the service once it is up
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    app = App(settings)
-    await app.start()
+    try:
+        app = App(settings)
+    except CannotStart as problem:
+        log.error("cannot start: %s", problem)
+        telemetry.shutdown()
+        return CANNOT_START
+    log.info("event loop: %s", type(loop).__module__.split(".")[0])
+    try:
+        await app.start()
+    except CannotStart as problem:
+        log.error("cannot start: %s", problem)
+        await app.stop()
+        telemetry.shutdown()
+        return CANNOT_START
     gctune.tune()
     if port_file:
         await asyncio.to_thread(Path(port_file).write_text, str(app.grpc.port))
@@ -58,6 +75,7 @@ async def serve(
     log.info("stopping: draining runs for up to %.1fs", settings.shutdown_grace_s)
     await app.stop()
     telemetry.shutdown()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,12 +83,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file", help="write the bound gRPC port here once listening")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except CannotStart as problem:
+        logs.configure("INFO", "text", "")
+        log.error("cannot start: %s", problem)
+        sys.exit(CANNOT_START)
     logs.configure(settings.log_level, settings.log_format, settings.worker_name)
     if settings.worker_count > 1:
         supervised = workers.supervise_service(settings, args.port_file)
         sys.exit(eventloop.run(supervised, settings.event_loop))
-    eventloop.run(serve(settings, args.port_file, args.ready_fd), settings.event_loop)
+    code = eventloop.run(serve(settings, args.port_file, args.ready_fd), settings.event_loop)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The READMEs' examples, run as written against a real service, so that they cannot rot.
+"""The documentation's examples, run as written against a real service, so that they cannot rot.
 
-The READMEs are the repository's own and the clients' (`clients/README.md`).
+The documents are the READMEs — the repository's own and the clients'
+(`clients/README.md`) — and every page of the documentation site (`docs/**/*.md`).
 
 A fenced block preceded by `<!-- run: sh -->`, `<!-- run: python -->` or
 `<!-- run: node -->` is run from the repository root against the service this
@@ -16,10 +17,10 @@ the repository on the built-in demo model, chats in a temporary directory):
 * the next fenced block, when preceded by `<!-- output -->`, is what a Python or
   Node block (or a shell block of one command) must print.
 
-Each must exit 0 and print what the README says, line by line: "…" stands for
+Each must exit 0 and print what the document says, line by line: "…" stands for
 any text within a line, and a line of "…" alone for any number of lines.
 
-The README shows the documented defaults; before running a block the test
+The documents show the documented defaults; before running a block the test
 replaces `127.0.0.1:50051` by the test service's gRPC address and
 `127.0.0.1:8080` by its HTTP address, and `.venv/bin/` (where `make` installs
 the programs) by the directory of this test's interpreter, and sets `AGW_TARGET`
@@ -43,7 +44,7 @@ from service.testing import Harness
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-READMES = (README, ROOT / "clients" / "README.md")
+READMES = (README, ROOT / "clients" / "README.md", *sorted((ROOT / "docs").glob("**/*.md")))
 GRPC_DEFAULT, HTTP_DEFAULT = "127.0.0.1:50051", "127.0.0.1:8080"
 ELLIPSIS = "…"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
@@ -52,17 +53,17 @@ MARK = re.compile(r"<!-- (run: (?:sh|python|node)|output) -->$")
 
 @dataclass(frozen=True)
 class Example:
-    """A runnable block of a README."""
+    """A runnable block of a document."""
 
     readme: str  # its path in the repository
     language: str
     code: str
-    line: int  # of the block's first line in the README
+    line: int  # of the block's first line in the document
     output: str | None  # the `output` block after it, if any
 
 
 def examples(readme: Path) -> list[Example]:
-    """The README's runnable blocks, each with the output block that follows it."""
+    """The document's runnable blocks, each with the output block that follows it."""
     text = readme.read_text()
     blocks: list[tuple[str, str, int]] = []  # (mark, code, line)
     for fence in FENCE.finditer(text):
@@ -147,9 +148,15 @@ def test_the_matching_rules() -> None:
 EXAMPLES = [example for readme in READMES for example in examples(readme)]
 
 
-def test_the_readme_has_examples_of_each_kind() -> None:
-    assert {e.language for e in examples(README)} == {"sh", "python", "node"}
+def test_the_documents_have_examples_of_each_kind() -> None:
+    assert {e.language for e in examples(README)} == {"sh", "python"}
+    assert {e.language for e in EXAMPLES} == {"sh", "python", "node"}
     assert all(e.output is not None for e in EXAMPLES if e.language != "sh")
+
+
+def test_the_docs_pages_are_collected() -> None:
+    pages = {e.readme for e in EXAMPLES if e.readme.startswith("docs/")}
+    assert {"docs/grpc.md", "docs/http.md", "docs/clients.md", "docs/a2a.md"} <= pages
 
 
 @pytest.fixture

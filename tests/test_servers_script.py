@@ -1,6 +1,6 @@
 """`scripts/servers.py`: throwaway PostgreSQL and Redis for trying the shared state by hand.
 
-The script runs as a user runs it; its printed line is used as the README says (the
+The script runs as a user runs it; its printed line is used as docs/scale-out.md says (the
 DSN and URL are connected to), then SIGINT stops both servers and removes their data.
 """
 

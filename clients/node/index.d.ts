@@ -105,6 +105,8 @@ export interface Agent {
   providerKey: string; model: string; tools: string[];
   /** The modes a query may choose with `mode`. */
   modes: AgentMode[];
+  /** A few prompts that show what the agent does (the agent file's `examples`). */
+  examples: string[];
 }
 export type AgentMode =
   'AGENT_MODE_UNSPECIFIED' | 'AGENT_MODE_ONESHOT' | 'AGENT_MODE_REACT' | 'AGENT_MODE_PLAN_EXECUTE';

@@ -1,9 +1,9 @@
 """A small MCP server for the `demo_mcp` example agent: the time in any time zone.
 
 It speaks MCP over stdio; the service starts it when it is configured as an MCP
-server (see agw.toml beside this file, or the README's "Tool sources: MCP and HTTP"):
-
-    AGW_CONFIG_FILE=examples/mcp/agw.toml make run
+server, and by default when `AGW_MCP_SERVERS` is unset and the service runs from the
+repository's root, as `make run` does (docs/agents.md, "Tool sources: MCP and HTTP";
+agw.toml beside this file configures it explicitly).
 
 Tools: `now` (the date and time in an IANA time zone) and `zones` (the time zone
 names that contain a text).

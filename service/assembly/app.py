@@ -13,6 +13,7 @@ from service import state
 from service.assembly import security
 from service.assembly.config import (
     AliasSettings,
+    CannotStart,
     DeploymentSettings,
     McpServerSettings,
     ModelPrice,
@@ -60,6 +61,37 @@ def model_prices(settings: Settings) -> dict[str, ModelPrice]:
         if deployment.price is not None:
             prices.setdefault(deployment.model, deployment.price)
     return prices
+
+
+class AddressUnavailable(CannotStart):
+    """An address to listen on cannot be bound: in use, or not an address of this host."""
+
+    def __init__(self, what: str, address: str, setting: str, also: str = "") -> None:
+        host, _, port = address.rpartition(":")
+        other = f"{host}:{int(port) + 1}" if port.isdigit() and port != "0" else f"{host}:0"
+        super().__init__(
+            f"cannot listen for {what} on {address} (in use by another process, or not an "
+            f"address of this host): set {setting} to another address, e.g. {other}{also}"
+        )
+
+
+HTTP_ALSO = " (or AGW_HTTP_ENABLED=false for no HTTP API and page)"
+
+
+def check_free(address: str, what: str, setting: str, also: str = "") -> None:
+    """`AddressUnavailable` unless "host:port" can be bound now (port 0 always can), so
+    that a busy port is said before anything starts."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError:
+            raise AddressUnavailable(what, address, setting, also) from None
 
 
 def pricing(settings: Settings) -> Pricing:
@@ -190,7 +222,7 @@ class App:
         self.settings = settings
         self.providers = open_providers(settings)
         self.agents = AgentRegistry(settings.agents_dir)
-        self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_servers]
+        self.mcp = [McpServer(mcp_options(s), environ=os.environ) for s in settings.mcp_server_list]
         self.skills = SkillRegistry(settings.skills_dir)
         self.tools = ToolRegistry(
             settings.tools_dir,
@@ -251,23 +283,34 @@ class App:
                 resume_attempts=settings.resume_attempts,
                 replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
-            journal=state.RUN_JOURNALS[settings.run_journal](options),
+            journal=state.RUN_JOURNALS[settings.run_journal_name](options),
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
         self.tls = security.tls_material(settings)
-        self.grpc = GrpcServer(
-            self.frontdoor,
-            settings.grpc_address,
-            keepalive_time_s=settings.keepalive_time_s,
-            cancel_on_disconnect=settings.disconnect_policy == "cancel",
-            authenticator=self.authenticator,
-            max_concurrent_rpcs=settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256,
-            tls=self.tls,
-            heartbeat_s=settings.grpc_heartbeat_s,
-            reuse_port=settings.reuse_port,
-            models=model_catalog(self.providers),
-        )
+        if not settings.reuse_port:  # a worker shares its ports with the others
+            check_free(settings.grpc_address, "gRPC", "AGW_GRPC_ADDRESS")
+            if settings.http_enabled:
+                check_free(settings.http_address, "HTTP", "AGW_HTTP_ADDRESS", HTTP_ALSO)
+        try:
+            self.grpc = GrpcServer(
+                self.frontdoor,
+                settings.grpc_address,
+                keepalive_time_s=settings.keepalive_time_s,
+                cancel_on_disconnect=settings.disconnect_policy == "cancel",
+                authenticator=self.authenticator,
+                max_concurrent_rpcs=(
+                    settings.max_concurrent_rpcs or settings.max_concurrent_runs + 256
+                ),
+                tls=self.tls,
+                heartbeat_s=settings.grpc_heartbeat_s,
+                reuse_port=settings.reuse_port,
+                models=model_catalog(self.providers),
+            )
+        except (OSError, RuntimeError) as error:  # grpc says RuntimeError("Failed to bind ...")
+            if isinstance(error, RuntimeError) and "bind" not in str(error):
+                raise
+            raise AddressUnavailable("gRPC", settings.grpc_address, "AGW_GRPC_ADDRESS") from None
         self.demo: LoopbackProvider | None = None
         self.http: HttpGateway | None = None
         self._stop_watch = asyncio.Event()
@@ -347,7 +390,11 @@ class App:
             allowed_hosts=settings.http_allowed_hosts,
             **tls,
         )
-        await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
+        try:
+            await self.http.start(settings.http_address, reuse_port=settings.reuse_port)
+        except OSError:
+            address = settings.http_address
+            raise AddressUnavailable("HTTP", address, "AGW_HTTP_ADDRESS", HTTP_ALSO) from None
 
     async def _start_demo_provider(self) -> None:
         self.demo = LoopbackProvider(demo_responder(self.settings.demo_delay_ms / 1000))

@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -130,7 +140,7 @@ class ApiKeySettings(BaseModel):
 
 
 class McpServerSettings(BaseModel):
-    """One MCP server whose tools the service offers (README "Tool sources: MCP and HTTP").
+    """One MCP server whose tools the service offers (docs/agents.md, "Tool sources: MCP and HTTP").
 
     Values of `env` and `headers` may hold `${ENV:NAME}` references to the service's
     environment (for credentials); they are resolved at each connection. The `url`
@@ -166,8 +176,21 @@ class McpServerSettings(BaseModel):
         return self
 
 
+#: The example MCP server (the demo_mcp agent's clock), served when AGW_MCP_SERVERS is unset
+#: and the service runs from the repository's root, as `make run` does.
+EXAMPLE_MCP_SERVER = Path("examples") / "mcp" / "clock_server.py"
+
+
+class CannotStart(Exception):
+    """The service cannot start as set; the message is one line naming the setting to change."""
+
+
+class SettingsProblem(CannotStart):
+    """The settings cannot be read."""
+
+
 class Settings(BaseSettings):
-    """The service's settings (see README for the full table)."""
+    """The service's settings (the full table: docs/settings.md)."""
 
     model_config = SettingsConfigDict(
         env_prefix="AGW_",
@@ -178,8 +201,8 @@ class Settings(BaseSettings):
 
     # Process: the event loop, "auto" (uvloop where available), "asyncio" or "uvloop"
     event_loop: EventLoopChoice = "auto"
-    # Worker processes serving the same ports (README "Workers"): 1 is this process alone;
-    # N > 1 makes `python -m service` a supervisor of N workers; 0 or "auto": one per CPU.
+    # Worker processes serving the same ports (docs/scale-out.md, Workers): 1 is this process
+    # alone; N > 1 makes `python -m service` a supervisor of N workers; 0 or "auto": one per CPU.
     workers: int = Field(default=1, ge=0)
     # Bind the gRPC and HTTP ports with SO_REUSEPORT (the supervisor sets it for its workers).
     reuse_port: bool = False
@@ -209,7 +232,7 @@ class Settings(BaseSettings):
         default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"]
     )
 
-    # Security (README "Security"): credentials in the `authorization` header, TLS
+    # Security (docs/security.md): credentials in the `authorization` header, TLS
     auth_api_keys: list[ApiKeySettings] = Field(default_factory=list)
     auth_jwt_jwks_url: str = ""  # an OIDC issuer's JWKS URL
     auth_jwt_public_key: str = ""  # or a PEM public key
@@ -247,9 +270,10 @@ class Settings(BaseSettings):
     bash_workspace_quota_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # per chat
     bash_max_concurrent: int = Field(default=4, ge=1)  # sandboxes at once; others wait
     # MCP servers whose tools are offered as backend tools (JSON list in AGW_MCP_SERVERS);
-    # an agent names them in toolConfig.mcp. `.backend` entries with a toolApi URL are
-    # HTTP tools, called by the service.
-    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
+    # an agent names them in toolConfig.mcp. Unset: the example server (EXAMPLE_MCP_SERVER),
+    # when there is one. `.backend` entries with a toolApi URL are HTTP tools, called by the
+    # service.
+    mcp_servers: list[McpServerSettings] | None = None
 
     # Providers; when none is configured the built-in demo provider serves every agent.
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
@@ -274,15 +298,15 @@ class Settings(BaseSettings):
     postgres_timeout_s: float = Field(default=10.0, gt=0)  # one call, connecting included
     run_bus: Literal["local", "redis"] = "local"
     # Where the runs in flight are journaled, so that they outlive their process
-    # (service/core/run/journal.py): `files` (a SQLite file in runs_dir, the default),
-    # `memory`, or `none` (a run ends with its process). A run resumed this often and lost
-    # again ends with run.error OWNER_LOST.
-    run_journal: Literal["files", "memory", "none"] = "files"
+    # (service/core/run/journal.py): `files` (a SQLite file in runs_dir), `memory`, or
+    # `none` (a run ends with its process); unset: `files` with the local run bus, else
+    # `none`. A run resumed this often and lost again ends with run.error OWNER_LOST.
+    run_journal: Literal["files", "memory", "none"] | None = None
     resume_attempts: int = Field(default=3, ge=1)
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
     upload_store: Literal["files", "memory", "postgres"] | None = None
-    # The Redis run bus (run_bus = "redis"; README "Redis run bus"): the server, this
+    # The Redis run bus (run_bus = "redis"; docs/scale-out.md, "Redis run bus"): the server, this
     # replica's id (default hostname-pid-random), how long a silent replica keeps its runs,
     # how long an ended run's stream is kept and how long it may grow, and how long a
     # Submit or Cancel forwarded to the replica executing the run waits for its answer.
@@ -368,12 +392,27 @@ class Settings(BaseSettings):
 
     @field_validator("mcp_servers")
     @classmethod
-    def _unique_servers(cls, value: list[McpServerSettings]) -> list[McpServerSettings]:
-        names = [server.name for server in value]
+    def _unique_servers(
+        cls, value: list[McpServerSettings] | None
+    ) -> list[McpServerSettings] | None:
+        names = [server.name for server in value or ()]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"MCP server names must be unique: {', '.join(twice)}")
         return value
+
+    @property
+    def mcp_server_list(self) -> list[McpServerSettings]:
+        """The MCP servers to connect: those set, else the example server when it is there
+        (run by this interpreter, which has the MCP SDK)."""
+        if self.mcp_servers is not None:
+            return self.mcp_servers
+        if not EXAMPLE_MCP_SERVER.is_file():
+            return []
+        example = McpServerSettings(
+            name="clock", command=sys.executable, args=[str(EXAMPLE_MCP_SERVER)], timeout_s=10
+        )
+        return [example]
 
     @property
     def chats_path(self) -> Path:
@@ -386,6 +425,13 @@ class Settings(BaseSettings):
     @property
     def uploads_path(self) -> Path:
         return self.uploads_dir or self.data_dir / "uploads"
+
+    @property
+    def run_journal_name(self) -> str:
+        """The run journal in use: the one set, else `files` for a single process."""
+        if self.run_journal is not None:
+            return self.run_journal
+        return "files" if self.run_bus == "local" else "none"
 
     @property
     def upload_store_name(self) -> str:
@@ -404,3 +450,44 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def load_settings() -> Settings:
+    """The settings of the environment and the TOML file; `SettingsProblem` (one line
+    naming the setting) when they cannot be read."""
+    try:
+        return Settings()
+    except SettingsError as error:  # a value that is not the JSON its setting takes
+        field = re.search(r'field "(\w+)"', str(error))
+        raise SettingsProblem(_unreadable(field.group(1) if field else "")) from None
+    except ValidationError as error:
+        problems = "; ".join(_problem(e["loc"], e["msg"]) for e in error.errors())
+        raise SettingsProblem(problems) from None
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    """What is wrong with the setting at `loc`: its environment variable (and the path
+    inside its value), and why."""
+    if len(loc) == 1:
+        raw = os.environ.get(f"AGW_{str(loc[0]).upper()}")
+        if raw is not None and _not_json(raw):
+            return _unreadable(str(loc[0]))
+    name = f"AGW_{str(loc[0]).upper()}" if loc else "settings"
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:])
+    return f"{name}{path}: {message}"
+
+
+def _unreadable(field: str) -> str:
+    name = f"AGW_{field.upper()}" if field else "a setting"
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return f"{name} is set but empty: give it a JSON value (e.g. [] for none) or unset it"
+    return f"{name} is not valid JSON ({raw[:40]!r}): correct it or unset it"
+
+
+def _not_json(raw: str) -> bool:
+    try:
+        json.loads(raw)
+    except ValueError:
+        return raw.strip()[:1] in ("", "[", "{")  # meant as JSON (a list or an object), or empty
+    return False

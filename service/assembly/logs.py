@@ -1,6 +1,6 @@
 """Logging set-up: readable text or one JSON object per line.
 
-A worker of a supervisor (`AGW_WORKERS` > 1, README "Workers") tags every line
+A worker of a supervisor (`AGW_WORKERS` > 1, docs/scale-out.md, "Workers") tags every line
 with its name (`w0`, `w1`, `w0.1` once restarted): `[w0]` before the logger in
 the text format, a `worker` field in the JSON format. The supervisor's own lines
 carry no tag.

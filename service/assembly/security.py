@@ -16,13 +16,13 @@ from typing import Any
 import grpc
 from cryptography import x509
 
-from service.assembly.config import Settings
+from service.assembly.config import CannotStart, Settings
 from service.transport.auth import Authenticator, JwtOptions, api_key
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
-class UnsafeExposure(RuntimeError):
+class UnsafeExposure(CannotStart):
     """The settings would serve a network address with no authentication."""
 
 
@@ -68,7 +68,7 @@ def check_exposure(settings: Settings, auth: Authenticator) -> None:
     if exposed:
         raise UnsafeExposure(
             f"refusing to serve {', '.join(exposed)} without authentication: configure "
-            "AGW_AUTH_API_KEYS or AGW_AUTH_JWT_* (see README, Security), or set "
+            "AGW_AUTH_API_KEYS or AGW_AUTH_JWT_* (see docs/security.md), or set "
             "AGW_ALLOW_UNAUTHENTICATED=true if another layer authenticates callers"
         )
 

@@ -10,8 +10,9 @@ import hashlib
 import re
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from service.builtins.city_datetime import Clock, zone_of
+from service.builtins.city_datetime import Clock, zone_name
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
 
@@ -50,10 +51,16 @@ class MockCityWeather:
         city = arguments.get("city")
         if not isinstance(city, str) or not city.strip():
             raise ToolError("'city' must be a non-empty string")
-        date = arguments.get("date") or self.clock().astimezone(zone_of(city)).date().isoformat()
+        date = arguments.get("date") or self.today(city)
         if not isinstance(date, str) or not _DATE.match(date):
             raise ToolError(f"'date' must be YYYY-MM-DD (got {date!r})")
         return forecast(city.strip(), date)
+
+    def today(self, city: str) -> str:
+        """Today's date in `city`: its time zone's when known, else UTC's (any city has
+        made-up weather)."""
+        zone = zone_name(city)
+        return self.clock().astimezone(ZoneInfo(zone) if zone else UTC).date().isoformat()
 
 
 def forecast(city: str, date: str) -> dict[str, Any]:

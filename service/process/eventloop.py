@@ -5,7 +5,7 @@ imported — it is a dependency, but has no build for every platform — and
 falls back to the standard library's loop; "uvloop" insists on it (start-up
 fails without it); "asyncio" is the standard library's loop. On uvloop the
 same work costs less CPU: the loop's own bookkeeping and the wake-ups from
-gRPC's completion-queue thread are cheaper (README "Performance").
+gRPC's completion-queue thread are cheaper (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A supervisor of N worker processes serving the same ports (README "Workers").
+"""A supervisor of N worker processes serving the same ports (docs/scale-out.md, "Workers").
 
 It starts each worker (`WorkerSpec`: its command and environment, by slot and
 generation), waits until every one says it is listening, keeps them running —

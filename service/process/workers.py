@@ -55,7 +55,7 @@ def shared_state_problem(settings: Settings, count: int) -> str | None:
     return (
         f"AGW_WORKERS={count} runs {count} processes that must share their state; set "
         + ", ".join(wrong)
-        + ' with AGW_REDIS_URL and AGW_POSTGRES_DSN (README "Workers"), or AGW_WORKERS=1'
+        + " with AGW_REDIS_URL and AGW_POSTGRES_DSN (docs/scale-out.md, Workers), or AGW_WORKERS=1"
     )
 
 

@@ -6,8 +6,8 @@ through the very same HTTP client and SSE parser a real provider uses. The
 demo streams word by word, paced like a real model, and reasons first when the
 request switches reasoning on.
 
-What it does is decided by `demo_tools.decide` from the request's structure and
-the agent's script (the body's `script` field, set by an agent file with
+What it does is decided by `demo_tools.decide` from the request's structure, the
+cities the user names and the agent's script (the body's `script` field, set by an agent file with
 `modelConfig.extraBody: {"demo": {"script": {...}}}`); with no tool in play and
 no scripted answer, it echoes the user's message.
 """
@@ -19,8 +19,15 @@ import re
 import secrets
 from typing import Any
 
+from service.core.tools.names import (
+    CONTEXT_SUMMARY_TOOL,
+    PLAN_ADD_TASKS_TOOL,
+    PLAN_DECIDE_TOOL,
+    PLAN_UPDATE_TASK_TOOL,
+    PLAN_VERIFY_TOOL,
+)
 from service.providers import loopback as lb
-from service.providers.demo_tools import Answer, Call, Script, decide
+from service.providers.demo_tools import Answer, Call, Script, decide, demo_text
 
 DEMO_KEY = "demo"
 DEMO_MODEL = "agw-demo"
@@ -62,10 +69,10 @@ def demo_reply(body: dict[str, Any]) -> tuple[str, str]:
         if _wants_reasoning(body)
         else ""
     )
-    answer = (
-        f"You said: “{said}”.\n\nThis answer comes from agw's built-in demo model, streamed "
-        "word by word through the same OpenAI-compatible client a real provider uses. "
-        "Configure a provider (see the README) to talk to a real model."
+    answer = demo_text(
+        f"You said: “{said}”.\n\nI echo what you write, streamed word by word through the "
+        "same OpenAI-compatible client a real provider uses. Configure a provider "
+        "(docs/providers.md) to talk to a real model."
     )
     return reasoning, answer
 
@@ -77,13 +84,27 @@ def demo_responder(delay_s: float) -> lb.Responder:
         turn = decide(body, Script.parse(body.get(SCRIPT_FIELD)))
         thinking = _wants_reasoning(body)
         if isinstance(turn, Call):
-            thought = f"I will call {turn.name} to get what I need." if thinking else ""
+            thought = _intent(turn.name) if thinking else ""
             return _call(body, delay_s, thought, turn)
         if isinstance(turn, Answer):
             return _speak(body, delay_s, turn.thought if thinking else "", turn.text)
         return _speak(body, delay_s, *demo_reply(body))
 
     return respond
+
+
+#: What the demo thinks before calling one of the tools the service adds itself.
+_INTENTS = {
+    PLAN_ADD_TASKS_TOOL: "I will record the plan.",
+    PLAN_UPDATE_TASK_TOOL: "I will report how the task went.",
+    PLAN_DECIDE_TOOL: "I will decide how the plan goes on.",
+    PLAN_VERIFY_TOOL: "I will check the results against the request.",
+    CONTEXT_SUMMARY_TOOL: "I will sum up the earlier turns.",
+}
+
+
+def _intent(tool: str) -> str:
+    return _INTENTS.get(tool) or f"I will call {tool} to get what I need."
 
 
 def _speak(body: dict[str, Any], delay_s: float, thought: str, answer: str) -> list[lb.ScriptItem]:

@@ -1,7 +1,8 @@
 """What the built-in demo model does with a request: call a tool, or answer.
 
 The demo decides from the request's structure and the agent's script, never from
-the wording of the prompts it is sent:
+the wording of the prompts it is sent; of the user's words it reads only the cities
+they name:
 
 * the tools offered and `tool_choice` (`none`: answer; a named function: call it;
   `required`: call one), the planning tools by their names;
@@ -29,6 +30,14 @@ the wording of the prompts it is sent:
   counted by the demo's earlier calls of each tool in the request's messages.
   `answer`: the final answer, instead of a summary of the tool results.
 
+  Any text of the script may say `{city}`, `{city2}` (the first and second city the user
+  names) and `{zone}` (the first city's IANA time zone): the cities are those of the
+  latest user message that names any, in the order named (a known city in any case,
+  else a capitalised name not starting a sentence), else Shanghai and Paris. Tool
+  arguments called `city` that the script leaves out get the first.
+
+Every answer says in its first line that it comes from the demo model.
+
 Without a script the demo calls each offered tool once, in order, then sums up the
 results; a plan has two general tasks, each calling the first tool offered.
 
@@ -39,13 +48,16 @@ transcript's `user:` lines.
 
 from __future__ import annotations
 
+import calendar
+import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from service.builtins.city_datetime import CITY_ZONES
+from service.builtins.city_datetime import CITY_ZONES, zone_name
 from service.core.tools.names import (
     CONTEXT_SUMMARY_TOOL,
     PLAN_ADD_TASKS_TOOL,
@@ -54,7 +66,11 @@ from service.core.tools.names import (
     PLAN_VERIFY_TOOL,
 )
 
-DEFAULT_CITY = "Shanghai"
+#: The first line of every answer of the demo.
+DEMO_LINE = "_Demo answer: agw's built-in demo model, not a real LLM._"
+#: `{city}` and `{city2}` when the user names no city (or one).
+DEFAULT_CITIES = ("Shanghai", "Paris")
+DEFAULT_CITY = DEFAULT_CITIES[0]
 GENERAL_TASKS = ("Work out the answer to the request", "Check the answer and note it")
 DEFAULT_REASONS = {
     "continue": "The remaining steps still fit.",
@@ -179,8 +195,11 @@ class Answer:
 
 def decide(body: dict[str, Any], script: Script) -> Call | Answer | None:
     """The demo's turn for a request; None: no tool in play, the demo echoes the user."""
-    since = _since_user(body.get("messages") or [])
+    messages = body.get("messages") or []
+    since = _since_user(messages)
     request = _text(since[0]) if since else ""
+    places = Places.named_in(messages)
+    script = _filled(script, places.fill)
     tools = {
         t["function"]["name"]: t["function"]
         for t in body.get("tools") or []
@@ -189,24 +208,163 @@ def decide(body: dict[str, Any], script: Script) -> Call | Answer | None:
     choice = body.get("tool_choice") or "auto"
     earlier = _called(body.get("messages") or [])
     if tools and choice != "none":
-        picked = _choose(tools, choice, since, request, script, earlier)
+        picked = _choose(tools, choice, since, request, script, earlier, places)
         if picked is not None:
             return picked
     if PLAN_ADD_TASKS_TOOL in tools:  # the plan as text first
         descriptions = _descriptions(script, earlier.count(PLAN_ADD_TASKS_TOOL))
         listed = "\n".join(f"{i}. {t}" for i, t in enumerate(descriptions, 1))
-        return Answer(f"My plan:\n{listed}", "Let me plan the steps.")
+        return Answer(demo_text(f"My plan:\n{listed}"), "Let me plan the steps.")
     results = [m for m in since if m.get("role") == "tool"]
     thought = f"I have {len(results)} tool result(s) to sum up."
     if script.answer:
-        return Answer(script.answer, thought if results else "I have what I need to answer.")
+        answered = thought if results else "I have what I need to answer."
+        return Answer(demo_text(script.answer), answered)
     if not results:
         return None
-    found = "\n".join(f"- {m.get('name') or 'tool'}: {_brief(m.get('content'))}" for m in results)
-    answer = (
-        f"Here is what I found:\n{found}\n\n(This answer comes from agw's built-in demo model.)"
-    )
-    return Answer(answer, thought)
+    found = "\n".join(_finding(m) for m in results)
+    lead = "Here is what the tools found:"
+    if not places.named and any(_city_of(m) == DEFAULT_CITY for m in results):
+        lead = f"You named no city I could make out, so I looked up {DEFAULT_CITY}:"
+    return Answer(demo_text(f"{lead}\n{found}"), thought)
+
+
+def demo_text(text: str) -> str:
+    """An answer of the demo: `text` after the line that says it is the demo's."""
+    return f"{DEMO_LINE}\n\n{text}"
+
+
+def _finding(message: Message) -> str:
+    """One tool result as a line of the demo's summary (the built-ins' in words)."""
+    name = str(message.get("name") or "tool")
+    text = str(message.get("content") or "")
+    if text.startswith("Error: "):
+        return f"- **{name}** could not answer: {text.removeprefix('Error: ')[:300]}"
+    value = _json(text)
+    keys = set(value) if isinstance(value, dict) else set()
+    if name == "city_datetime" and keys >= {"city", "time", "weekday", "date", "timezone"}:
+        return (
+            f"- **Local time in {value.get('city')}**: {str(value['time'])[:5]} on "
+            f"{value.get('weekday')}, {value.get('date')} ({value.get('timezone')}, "
+            f"UTC{value.get('utcOffset')})"
+        )
+    if name == "mock_city_weather" and keys >= {"city", "date", "condition", "tempHighC"}:
+        return (
+            f"- **Weather in {value.get('city')}** on {value.get('date')}: "
+            f"{value['condition']}, {value.get('tempLowC')} to {value.get('tempHighC')} °C, "
+            f"humidity {value.get('humidityPct')}%, wind {value.get('windKph')} km/h "
+            "(made-up demo data)"
+        )
+    return f"- **{name}**: {_brief(text)}"
+
+
+def _city_of(message: Message) -> Any:
+    value = _json(str(message.get("content") or ""))
+    return value.get("city") if isinstance(value, dict) else None
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Places:
+    """The cities the user names, in order; the script's `{city}`, `{city2}`, `{zone}`."""
+
+    named: tuple[str, ...] = ()
+
+    @classmethod
+    def named_in(cls, messages: list[Message]) -> Places:
+        """The cities of the latest user message that names any."""
+        for message in reversed(messages):
+            if message.get("role") == "user":
+                named = cities_named(_text(message))
+                if named:
+                    return cls(named)
+        return cls()
+
+    def city(self, index: int = 0) -> str:
+        """The `index`-th city named (from 0), else a default one not named."""
+        spare = [c for c in DEFAULT_CITIES if c not in self.named]
+        chosen = [*self.named, *spare]
+        return chosen[min(index, len(chosen) - 1)]
+
+    def fill(self, text: str) -> str:
+        """`text` with its placeholders replaced."""
+        return _PLACEHOLDER.sub(lambda m: self._value(m.group(1)), text)
+
+    def _value(self, name: str) -> str:
+        if name == "zone":
+            return zone_name(self.city()) or "UTC"
+        return self.city(1 if name == "city2" else 0)
+
+
+_PLACEHOLDER = re.compile(r"\{(city2|city|zone)\}")
+#: A known city, in any case, not inside a word (a name in Chinese characters anywhere).
+_KNOWN = re.compile(
+    "|".join(
+        rf"(?<!\w){re.escape(c)}(?!\w)" if c.isascii() else re.escape(c)
+        for c in sorted(CITY_ZONES, key=len, reverse=True)
+    ),
+    re.IGNORECASE,
+)
+#: A run of capitalised words (a proper name, maybe a city the tools know by its zone).
+_TITLED = re.compile(r"(?<![\w'’])[A-Z][a-z'’]+(?:[ -][A-Z][a-z'’]+)*(?![\w'’])")
+#: Capitalised words that are not places.
+_SEASONS_AND_WORDS = ("Spring", "Summer", "Autumn", "Winter", "I", "Today", "Tomorrow")
+_NOT_PLACES = frozenset(
+    (*calendar.day_name, *calendar.month_name[1:], *_SEASONS_AND_WORDS, "Tonight", "Demo")
+)
+_SENTENCE_END = ".!?:;\n"
+
+
+def cities_named(text: str) -> tuple[str, ...]:
+    """The cities `text` names, in order: known ones in any case, else capitalised names
+    that do not start a sentence."""
+    found: list[tuple[int, str]] = []
+    taken: set[int] = set()
+    for match in _KNOWN.finditer(text):
+        name = match.group(0)
+        shown = (
+            name if name[:1].isupper() else " ".join(w[:1].upper() + w[1:] for w in name.split(" "))
+        )
+        found.append((match.start(), shown))
+        taken.update(range(match.start(), match.end()))
+    for match in _TITLED.finditer(text):
+        start, words = match.start(), match.group(0).split(" ")
+        before = text[:start].rstrip(" \t\"'“‘(")
+        if not before or before[-1] in _SENTENCE_END:  # capitalised as a sentence's start
+            start += len(words.pop(0)) + 1
+        while words and words[0] in _NOT_PLACES:
+            start += len(words.pop(0)) + 1
+        while words and words[-1] in _NOT_PLACES:
+            words.pop()
+        if words and start not in taken:
+            found.append((start, " ".join(words)))
+    named: list[str] = []
+    for _, name in sorted(found):
+        if name.lower() not in {n.lower() for n in named}:
+            named.append(name)
+    return tuple(named)
+
+
+def _filled(value: Any, fill: Callable[[str], str]) -> Any:
+    """`value` (a script, or a part of it) with `fill` applied to every text in it."""
+    if isinstance(value, str):
+        return fill(value)
+    if isinstance(value, tuple):
+        return tuple(_filled(v, fill) for v in value)
+    if isinstance(value, list):
+        return [_filled(v, fill) for v in value]
+    if isinstance(value, dict):
+        return {k: _filled(v, fill) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _filled(getattr(value, f.name), fill) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    return value
 
 
 def _choose(
@@ -216,6 +374,7 @@ def _choose(
     request: str,
     script: Script,
     earlier: list[str],
+    places: Places,
 ) -> Call | None:
     """The call to make, or None to answer instead; `earlier`: the tools called so far."""
     forced = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
@@ -224,7 +383,7 @@ def _choose(
     if forced == PLAN_UPDATE_TASK_TOOL:
         return Call(forced, _report(since))
     if forced in tools:
-        return _call(tools, ToolUse(forced), request, since)
+        return _call(tools, ToolUse(forced), request, since, places)
     if PLAN_ADD_TASKS_TOOL in tools:
         planned = script.round_plan(earlier.count(PLAN_ADD_TASKS_TOOL))
         tasks = [t.planned() for t in planned] or [{"description": d} for d in GENERAL_TASKS]
@@ -244,16 +403,19 @@ def _choose(
     uses = [use for use in uses if use.tool in tools]
     made = sum(1 for m in since if m.get("role") == "assistant" and m.get("tool_calls"))
     if made < len(uses):
-        return _call(tools, uses[made], request, since)
+        return _call(tools, uses[made], request, since, places)
     if PLAN_UPDATE_TASK_TOOL in tools:
         return Call(PLAN_UPDATE_TASK_TOOL, _report(since))
     if choice == "required":
-        return _call(tools, uses[0] if uses else ToolUse(ordinary[0]), request, since)
+        use = uses[0] if uses else ToolUse(ordinary[0])
+        return _call(tools, use, request, since, places)
     return None
 
 
-def _call(tools: dict[str, Message], use: ToolUse, request: str, since: list[Message]) -> Call:
-    filled = _fill(tools[use.tool].get("parameters") or {}, "", request, since)
+def _call(
+    tools: dict[str, Message], use: ToolUse, request: str, since: list[Message], places: Places
+) -> Call:
+    filled = _fill(tools[use.tool].get("parameters") or {}, "", request, since, places)
     if isinstance(filled, dict):
         return Call(use.tool, {**filled, **use.arguments})
     return Call(use.tool, use.arguments or filled)
@@ -318,7 +480,9 @@ def _report(since: list[Message]) -> dict[str, str]:
     return {"status": "completed", "result": "; ".join(results) if results else "done"}
 
 
-def _fill(schema: dict[str, Any], name: str, request: str, since: list[Message]) -> Any:
+def _fill(
+    schema: dict[str, Any], name: str, request: str, since: list[Message], places: Places
+) -> Any:
     """A value for `schema` (a property called `name`), from the user's message."""
     if schema.get("enum"):
         return schema["enum"][0]
@@ -327,26 +491,33 @@ def _fill(schema: dict[str, Any], name: str, request: str, since: list[Message])
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
         properties = schema.get("properties") or {}
-        return {k: _fill(v, k, request, since) for k, v in properties.items()}
+        return {k: _fill(v, k, request, since, places) for k, v in properties.items()}
     if kind == "array":
-        return [_fill(schema.get("items") or {}, name, request, since)]
+        return [_fill(schema.get("items") or {}, name, request, since, places)]
     if kind in ("integer", "number"):
         return 1
     if kind == "boolean":
         return True
     key = name.lower()
     if "city" in key:
-        lowered = request.lower()
-        found = [c for c in CITY_ZONES if c.isascii() and c in lowered]
-        return max(found, key=len).title() if found else DEFAULT_CITY
+        return places.city()
     if "date" in key:
-        if any(m.get("role") == "tool" and m.get("name") == "city_datetime" for m in since):
+        if any(_answered(m, "city_datetime") for m in since):
             shift = "+1d" if "tomorrow" in request.lower() else ""
             return "{{city_datetime.date" + shift + "}}"
         return date.today().isoformat()
     if "command" in key:
         return "echo hello from the sandbox; pwd"
     return " ".join(request.split())[:200] or "demo"
+
+
+def _answered(message: Message, tool: str) -> bool:
+    """Whether `message` is a result of `tool` that is not an error."""
+    return (
+        message.get("role") == "tool"
+        and message.get("name") == tool
+        and not str(message.get("content") or "").startswith("Error: ")
+    )
 
 
 def _since_user(messages: list[Message]) -> list[Message]:

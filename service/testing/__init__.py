@@ -2,7 +2,8 @@
 
 - `Harness`: the whole service on loopback (gRPC, the HTTP adapter), in front of a
   `LoopbackProvider` (`service.providers.loopback`, also the demo model's server);
-  `InProcess`: the core alone, no socket, with one in-process model (`harness`);
+  `InProcess`: the core alone, no socket, with one in-process model; `serve_gateway`: a
+  scripted AgentGateway on loopback, for clients' tests (`harness`);
 - `ScriptedModel`: that in-process model, playing queued turns through the model port,
   and the builders of its turns (`content`, `finish`, `tool_call`, ...; `scripted`);
 - `PostgresServer`, `RedisServer`: throwaway servers on loopback for tests and
@@ -21,6 +22,7 @@ from service.testing.harness import (
     Harness,
     InProcess,
     oneshot_agent,
+    serve_gateway,
     write_agent,
 )
 from service.testing.scripted import (
@@ -67,6 +69,7 @@ __all__ = [
     "postgres_bindir",
     "reasoning",
     "redis_binary",
+    "serve_gateway",
     "tool_call",
     "tool_call_part",
     "tool_calls",

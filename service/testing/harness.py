@@ -65,6 +65,20 @@ def oneshot_agent(system_prompt: str = "You are helpful.", **extra: Any) -> dict
     return {"mode": "ONESHOT", "plain": {"systemPrompt": system_prompt}, **extra}
 
 
+@asynccontextmanager
+async def serve_gateway(servicer: gateway_pb2_grpc.AgentGatewayServicer) -> AsyncIterator[str]:
+    """`servicer` — a scripted AgentGateway, standing in for the whole service in a client's
+    tests — on a real gRPC server on loopback while the block runs: its target."""
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+
+
 @dataclass
 class Harness:
     """A running service and a client stub connected to it."""
@@ -98,6 +112,7 @@ class Harness:
             "data_dir": agents_dir.parent / "data",
             "providers": providers,
             "default_provider": FAKE_PROVIDER if provider else "",
+            "mcp_servers": [],  # not the example server `make run` starts
         }
         settings = Settings(**{**defaults, **overrides})
         app = App(settings)

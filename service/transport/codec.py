@@ -193,6 +193,7 @@ def agent_message(agent: AgentDefinition) -> gw.Agent:
         model=model.model or "" if model else "",
         tools=agent.tool_names(),
         modes=[MODES[mode] for mode in agent.allowed_modes],
+        examples=agent.examples,
     )
 
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -37,3 +40,13 @@ async def frontend_gateway(tmp_path: Path, provider: LoopbackProvider) -> AsyncI
     )
     async with Harness.start(agents, provider, tools_dir=tools, tools_watch=False) as harness:
         yield harness
+
+
+async def start_agw(target: str, *args: str) -> asyncio.subprocess.Process:
+    """The `agw` command against `target`, without colours, its output piped."""
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agw_client", *args, "--target", target),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1"},
+    )

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -25,6 +23,9 @@ from agw_client.cli import frontend
 from agw_client.cli.render import Renderer, ToolCall
 from agw_client.cli.session import Prompter, Session
 from agw_client.messages import from_value, to_value
+
+from service.testing import serve_gateway
+from tests.clients.conftest import start_agw
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -86,12 +87,8 @@ class ScriptedGateway(gateway_pb2_grpc.AgentGatewayServicer):
 @pytest.fixture
 async def scripted() -> AsyncIterator[tuple[ScriptedGateway, str]]:
     servicer = ScriptedGateway()  # type: ignore[abstract]
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    yield servicer, f"127.0.0.1:{port}"
-    await server.stop(None)
+    async with serve_gateway(servicer) as target:
+        yield servicer, target
 
 
 async def test_plan_tasks_and_every_kind_of_wait(scripted: tuple[ScriptedGateway, str]) -> None:
@@ -207,21 +204,9 @@ class BrokenGateway(gateway_pb2_grpc.AgentGatewayServicer):
 
 
 async def test_output_cut_short_by_a_failure_still_ends_its_line() -> None:
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(BrokenGateway(), server)  # type: ignore[abstract]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "agw_client", "query", "any", "Hi"),
-            *("--target", f"127.0.0.1:{port}"),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
+    async with serve_gateway(BrokenGateway()) as target:  # type: ignore[abstract]
+        process = await start_agw(target, "query", "any", "Hi")
         out, err = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        await server.stop(None)
     assert (process.returncode, out.decode()) == (1, "Hal\n")
     assert err.decode() == "agw: INTERNAL: the stream broke\n"
 
@@ -264,10 +249,6 @@ class QuestionGateway(gateway_pb2_grpc.AgentGatewayServicer):
 
 async def test_structured_questions_at_the_terminal() -> None:
     servicer = QuestionGateway()  # type: ignore[abstract]
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
     out, err = io.StringIO(), io.StringIO()
     answers: Iterator[str] = iter(["9", "Lisbon", "1, rome", "Lisbon"])
 
@@ -275,16 +256,14 @@ async def test_structured_questions_at_the_terminal() -> None:
         out.write(prompt)
         return next(answers)
 
-    def follow() -> str:
+    def follow(target: str) -> str:
         renderer = Renderer(out, err, color=False)
-        with Client(f"127.0.0.1:{port}") as client:
+        with Client(target) as client:
             session = Session(client, renderer, Prompter(renderer, read, echo=True))
             return session.follow(client.query("trip", "Plan")).outcome
 
-    try:
-        assert await asyncio.to_thread(follow) == "complete"
-    finally:
-        await server.stop(None)
+    async with serve_gateway(servicer) as target:
+        assert await asyncio.to_thread(follow, target) == "complete"
     assert servicer.submitted == [("q1", ["Paris", "Rome"]), ("q2", "Lisbon")]
     assert out.getvalue().splitlines() == [
         "? Which cities?",

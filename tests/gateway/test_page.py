@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from agw.v1 import gateway_pb2 as gw
-from playwright.async_api import Browser, BrowserContext, Page, Route, async_playwright
+from playwright.async_api import Browser, BrowserContext, Locator, Page, Route, async_playwright
 
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
 from service.testing import Harness, oneshot_agent, write_agent
@@ -144,6 +144,25 @@ STREAMING = """() => {
 
 
 TOOL_VIEW = ".card.tool[data-name='confirm_dialog'] iframe.tool-view"
+#: What a run's status line says while it waits for the user.
+WAITING = "Waiting for your answer"
+
+
+async def result_of(card: Locator) -> Any:
+    """A tool card's result as the page shows it: its key/value table as a dict of texts,
+    else the JSON (or text) of its block."""
+    result = card.locator(":scope > .result")
+    await result.wait_for(state="attached")
+    if await result.evaluate("e => e.tagName") == "TABLE":
+        rows = await result.locator("tr").evaluate_all(
+            "rows => rows.map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+        )
+        return dict(rows)
+    text = await result.text_content() or ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 @pytest.mark.parametrize("viewport", WIDTHS)
@@ -202,7 +221,8 @@ async def test_a_frontend_tool_answered_in_its_view(
     # Taken, it lets the run go on: the answer streams, then the run completes.
     await page.locator('.run[data-status="complete"]').wait_for()
     assert len(dropped) == 1
-    assert json.loads(await tool.locator("pre.result").inner_text()) == {"choice": "No"}
+    assert await result_of(tool) == {"choice": "No"}  # a key/value table, not raw JSON
+    assert await tool.get_attribute("data-collapsed") == "true"  # answered: one line again
     assert await page.locator(".tool-form, iframe").count() == 0
     assert "completed" in await page.locator(".run .run-status").inner_text()
     await page.screenshot(path=shot("frontend-view-answered", viewport))
@@ -216,7 +236,7 @@ async def test_a_frontend_tool_answered_in_its_view(
     await page.locator("#chats li button").first.click()
     await page.locator('.run[data-status="complete"]').wait_for()
     assert await page.locator(".run .content").last.inner_text() == live_answer
-    assert await page.locator('.card.tool[data-name="confirm_dialog"] pre.result').count() == 1
+    assert await page.locator('.card.tool[data-name="confirm_dialog"] > .result').count() == 1
     assert errors == ["Failed to load resource: net::ERR_FAILED"]  # the dropped Submit
 
 
@@ -266,7 +286,7 @@ async def test_plan_tasks_and_actions_live(
     assert {"TASK_STATUS_IN_PROGRESS", "TASK_STATUS_COMPLETED"} <= set(statuses)
     assert await page.locator('.plan li[data-status="TASK_STATUS_COMPLETED"]').count() == 2
     assert await page.locator(".task-output").count() == 2  # each task's own output
-    assert await page.locator('.card.tool[data-name="city_datetime"] pre.result').count() >= 1
+    assert await page.locator('.card.tool[data-name="city_datetime"] > .result').count() >= 1
 
     await page.click("#new-chat")
     await page.select_option("#agent", "demo_action")
@@ -294,7 +314,9 @@ async def test_the_plan_stays_in_sight_and_tool_cards_fold(
     await page.fill("#message", "Time and weather in Paris")
     await page.click("#send")
 
-    # While the run goes on and the chat scrolls past it, the plan stays at the top.
+    # While the run goes on and the chat scrolls past it, the plan stays at the top (a
+    # low window: the folded tool cards take little room).
+    await page.set_viewport_size({"width": viewport["width"], "height": 420})
     await page.locator('.card.tool[data-name="mock_city_weather"]').wait_for()
     await page.locator("#log").evaluate("log => { log.scrollTop = log.scrollHeight; }")
     assert await page.evaluate(
@@ -303,11 +325,14 @@ async def test_the_plan_stays_in_sight_and_tool_cards_fold(
     assert await page.locator('.run[data-status="running"]').count() == 1
     assert await page.evaluate(PLAN_IN_SIGHT)
     await page.screenshot(path=shot("plan-in-sight", viewport))
+    await page.set_viewport_size(viewport)
     await page.locator('.run[data-status="complete"]').wait_for()
 
-    # The plan's own tools are one folded line each; a click unfolds one.
-    internal = page.locator('.card.tool[data-name="_plan_update_task_"]')
+    # The plan's own tools are one folded line each, inside the plan card; a click unfolds one.
+    internal = page.locator('.run .plan .plan-calls > .card.tool[data-name="_plan_update_task_"]')
     assert await internal.count() == 2
+    assert await page.locator(".card.tool.internal").count() == 3  # none outside the plan
+    assert await page.locator(".plan .card.tool.internal").count() == 3
     assert await internal.evaluate_all("cs => cs.map(c => c.dataset.collapsed)") == ["true"] * 2
     title = await internal.first.locator(".card-title").inner_text()
     assert title.startswith("plan: update task")
@@ -315,19 +340,17 @@ async def test_the_plan_stays_in_sight_and_tool_cards_fold(
     await internal.first.locator(".card-title").click()
     assert await internal.first.locator("pre.args").is_visible()
 
-    # Any tool card folds and unfolds by its title.
+    # Any tool card is one line, folded, and unfolds by its title.
     weather = page.locator('.card.tool[data-name="mock_city_weather"]')
-    assert await weather.locator("pre.result").is_visible()
-    await weather.locator(".card-title").click()
-    assert not await weather.locator("pre.result").is_visible()
+    assert not await weather.locator(".result").is_visible()
     assert await weather.locator(".card-title").get_attribute("aria-expanded") == "false"
     await weather.locator(".card-title").click()
+    assert await weather.locator(".result").is_visible()
+    assert await weather.locator(".card-title").get_attribute("aria-expanded") == "true"
 
     # Templates in arguments are shown filled in, as the tool got them.
     args = json.loads(await weather.locator("pre.args").inner_text())
-    dated = json.loads(
-        await page.locator('.card.tool[data-name="city_datetime"] pre.result').inner_text()
-    )
+    dated = await result_of(page.locator('.card.tool[data-name="city_datetime"]'))
     assert args["date"] == dated["date"]
     assert "{{city_datetime.date}}" in (await weather.get_attribute("data-template") or "")
     assert "templates filled in" in await weather.locator(".label").first.inner_text()
@@ -571,10 +594,9 @@ async def test_a_form_built_from_the_answer_schema(
     await form.locator('button[type="submit"]', has_text="Book").click()
 
     # The answer is typed as the schema says: 4 stays an integer.
-    result = page.locator('.card.tool[data-name="book"] pre.result')
-    await result.wait_for()
+    shown = await result_of(page.locator('.card.tool[data-name="book"]'))
+    assert shown == {"guests": "4", "time": "18:00", "terrace": "true", "name": "Ada"}
     answer = {"guests": 4, "time": "18:00", "terrace": True, "name": "Ada"}
-    assert json.loads(await result.inner_text()) == answer
     assert json.loads(provider.requests[1]["messages"][-1]["content"]) == answer
 
     # A tool with neither view nor schema: an empty answer box that refuses to send nothing.
@@ -587,8 +609,8 @@ async def test_a_form_built_from_the_answer_schema(
     await bare.locator("textarea").fill("Window seat")
     await bare.locator('button[type="submit"]').click()
     await page.locator('.run[data-status="complete"]').wait_for()
-    note_result = page.locator('.card.tool[data-name="note_it"] pre.result')
-    assert await note_result.inner_text() == "Window seat"  # plain text, sent as a string
+    note_result = page.locator('.card.tool[data-name="note_it"]')
+    assert await result_of(note_result) == "Window seat"  # plain text, sent as a string
     assert provider.requests[2]["messages"][-1]["content"] == "Window seat"
     assert errors == []
 
@@ -697,9 +719,8 @@ async def test_a_structured_question_in_the_browser(
     asked = page.locator('.card.tool[data-name="ask_user"]')
     assert '"question"' in (await asked.locator("pre.args").text_content() or "")
     assert not await asked.locator("pre.args").is_visible()
-    assert await asked.locator("details.args-box > summary").is_visible()
-    result = page.locator('.card.tool[data-name="ask_user"] pre.result')
-    assert json.loads(await result.inner_text()) == ["Paris", "Rome", "Lisbon"]
+    assert await asked.get_attribute("data-collapsed") == "true"  # one line: the form asked
+    assert await result_of(asked) == ["Paris", "Rome", "Lisbon"]
     assert await page.locator(".question-form").count() == 0
     assert 'answer: [ "Paris", "Rome", "Lisbon" ]' in await page.locator(".card.ask").inner_text()
     assert errors == []
@@ -719,7 +740,7 @@ async def test_a_subagents_run_nested_in_its_callers_card(
         "cards => cards.map(c => c.dataset.name)"
     ) == ["city_datetime", "mock_city_weather"]
     assert await nested.locator(".content").count() == 1
-    assert await call.locator(":scope > pre.result").count() == 1  # after its nested run
+    assert await call.locator(":scope > .result").count() == 1  # after its nested run
     assert await page.locator(".run > .run-body > .content").count() == 1
     await page.screenshot(path=shot("subagent", DESKTOP), full_page=True)
 
@@ -786,7 +807,8 @@ async def test_the_log_follows_the_output_only_from_the_bottom(
     await wait_for_text(page, "middle line 39")
     await jump.wait_for()
     assert await log.evaluate("l => l.scrollTop") == top
-    assert await jump.inner_text() == "↓ new output"
+    assert await jump.inner_text() == "new output"
+    assert await jump.locator("svg.icon-down").count() == 1
     button, area = await jump.bounding_box(), await log.bounding_box()
     assert button is not None and area is not None
     assert area["y"] < button["y"] and button["y"] + button["height"] <= area["y"] + area["height"]

@@ -8,13 +8,11 @@ lets the run finish.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from service.testing import Harness
 from tests.gateway import test_page
-from tests.gateway.test_page import DESKTOP, PHONE, TOOL_VIEW, OpenPage, shot
+from tests.gateway.test_page import DESKTOP, PHONE, TOOL_VIEW, WAITING, OpenPage, result_of, shot
 
 # The browser and the service, as test_page.py sets them up (module-scoped fixtures).
 pytestmark = test_page.pytestmark
@@ -46,7 +44,8 @@ async def test_a_reload_while_a_frontend_tool_waits_joins_the_run_again(
     assert await page.locator("#chat-title").inner_text() != "New chat"
     assert await page.locator(".user").all_inner_texts() == ["Book a table for two tonight"]
     assert await page.locator(".run").count() == 1  # the run once: not history and live
-    assert await page.locator("#status").inner_text() == "waiting for your answer"
+    assert await page.locator(".run .run-status").inner_text() == WAITING  # said once, by the run
+    assert await page.locator("#status").inner_text() == ""
     assert await page.locator("#send").is_disabled() and await page.locator("#cancel").is_enabled()
     await page.screenshot(path=shot("live-rejoined", viewport))
 
@@ -54,7 +53,7 @@ async def test_a_reload_while_a_frontend_tool_waits_joins_the_run_again(
     await view.locator("#send").click()
     await page.locator('.run[data-status="complete"]').wait_for()
     tool = page.locator('.card.tool[data-name="confirm_dialog"]')
-    assert json.loads(await tool.locator("pre.result").inner_text()) == {"choice": "Yes"}
+    assert await result_of(tool) == {"choice": "Yes"}
     assert await page.locator(".tool-form, iframe").count() == 0
     assert await page.locator("#send").is_enabled()
     assert page.url.endswith(f"#chat={chat_id}")
@@ -76,14 +75,14 @@ async def test_a_question_waiting_in_one_tab_is_answered_in_another(
     form = second.locator(".question-form")
     await form.wait_for()
     assert await form.locator(".choice-label").all_inner_texts() == ["Paris", "Rome", "Oslo"]
-    assert await second.locator("#status").inner_text() == ("waiting for your answer to a question")
+    assert await second.locator(".run .run-status").inner_text() == WAITING
     await form.locator('input[value="Rome"]').check()
     await form.locator('button[type="submit"]').click()
 
     # Both tabs follow the run to its end; the first one's form is gone, answered.
     for page in (second, first):
         await page.locator('.run[data-status="complete"]').wait_for()
-        result = page.locator('.card.tool[data-name="ask_user"] pre.result')
-        assert json.loads(await result.inner_text()) == ["Paris", "Rome"]
+        asked = page.locator('.card.tool[data-name="ask_user"]')
+        assert await result_of(asked) == ["Paris", "Rome"]
     assert await second.locator(".question-form").count() == 0
     assert errors == [] and first_errors == []

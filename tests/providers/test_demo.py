@@ -13,14 +13,18 @@ from service.core.tools.planning import PLANNING_DEFINITIONS
 from service.providers import loopback as lb
 from service.providers.demo import demo_responder
 from service.providers.demo_tools import (
+    DEMO_LINE,
     GENERAL_TASKS,
     Answer,
     Call,
+    Places,
     Script,
     ScriptError,
     Task,
     ToolUse,
+    cities_named,
     decide,
+    demo_text,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,12 +184,15 @@ def test_scripted_calls_are_made_one_per_turn_in_order_then_summed_up() -> None:
         **tools,
     )
     assert decide(third, SCRIPT) == Answer(
-        "Here is what I found:\n- mock_city_weather: city: Paris, condition: rain\n"
-        "- city_datetime: time: 12:00\n\n(This answer comes from agw's built-in demo model.)",
+        f"{DEMO_LINE}\n\nHere is what the tools found:\n"
+        "- **mock_city_weather**: city: Paris, condition: rain\n"
+        "- **city_datetime**: time: 12:00",
         "I have 2 tool result(s) to sum up.",
     )
     answered = Script(SCRIPT.calls, answer="It rains.")
-    assert decide(third, answered) == Answer("It rains.", "I have 2 tool result(s) to sum up.")
+    assert decide(third, answered) == Answer(
+        demo_text("It rains."), "I have 2 tool result(s) to sum up."
+    )
 
 
 def test_without_a_script_each_offered_tool_is_called_once_in_order() -> None:
@@ -209,7 +216,7 @@ def test_tool_choice_decides_first() -> None:
     done = body(*messages, *called("city_datetime", {}), tools=[CITY], tool_choice="required")
     assert decide(done, Script(())) == Call("city_datetime", {"city": "Shanghai"})
     assert decide({**done, "tool_choice": "auto"}, Script((), answer="Noon.")) == Answer(
-        "Noon.", "I have 1 tool result(s) to sum up."
+        demo_text("Noon."), "I have 1 tool result(s) to sum up."
     )
 
 
@@ -224,7 +231,7 @@ PLAN_SCRIPT = Script(
 def test_the_plan_stage_drafts_then_records_the_scripted_tasks() -> None:
     draft = body(user("Paris"), tools=[PLAN], tool_choice="none")
     assert decide(draft, PLAN_SCRIPT) == Answer(
-        "My plan:\n1. Find the time\n2. Find the weather", "Let me plan the steps."
+        demo_text("My plan:\n1. Find the time\n2. Find the weather"), "Let me plan the steps."
     )
     record = body(user("Paris"), tools=[PLAN], tool_choice="required")
     assert decide(record, PLAN_SCRIPT) == Call(
@@ -291,7 +298,9 @@ def test_the_planner_records_the_round_of_its_earlier_calls() -> None:
     again = body(
         user("Go"), *called("_plan_add_tasks_", {}), user("More"), tools=[PLAN], tool_choice="none"
     )
-    assert decide(again, ROUNDS) == Answer("My plan:\n1. Find c", "Let me plan the steps.")
+    assert decide(again, ROUNDS) == Answer(
+        demo_text("My plan:\n1. Find c"), "Let me plan the steps."
+    )
     later = {**again, "tool_choice": "required"}
     assert decide(later, ROUNDS) == Call("_plan_add_tasks_", {"tasks": [{"description": "Find c"}]})
 
@@ -340,6 +349,154 @@ def test_a_task_of_a_later_round_makes_its_calls_too() -> None:
     )
 
 
+# -- the cities the user names -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "cities"),
+    [
+        ("What's the weather in Lyon?", ("Lyon",)),
+        ("weather in lyon and são paulo", ("Lyon", "São Paulo")),  # known ones in any case
+        ("Compare Lyon and Oslo right now", ("Lyon", "Oslo")),  # in the order named
+        ("Weather in New York tomorrow?", ("New York",)),
+        ("Compare Springfield and Atlantis", ("Springfield", "Atlantis")),  # unknown, capitalised
+        ("Research Barcelona: local time", ("Barcelona",)),  # a sentence's first word is not
+        ("Will it rain in Lyon on May 1st?", ("Lyon",)),  # months, days and seasons are not
+        ("Help me plan a trip in spring", ()),
+        ("上海的天气", ("上海",)),
+        ("rome or chromed", ("Rome",)),  # not inside a word
+    ],
+)
+def test_the_cities_a_message_names(text: str, cities: tuple[str, ...]) -> None:
+    assert cities_named(text) == cities
+
+
+def test_the_latest_message_naming_a_city_gives_the_places() -> None:
+    messages = [user("Weather in Lyon?"), {"role": "assistant", "content": "Sunny."}]
+    assert Places.named_in([*messages, user("And tomorrow?")]).named == ("Lyon",)
+    assert Places.named_in([*messages, user("And in Oslo?")]).named == ("Oslo",)
+    assert Places.named_in([user("Hello")]).named == ()
+    defaults = Places()
+    assert (defaults.city(), defaults.city(1)) == ("Shanghai", "Paris")
+    assert Places(("Paris",)).city(1) == "Shanghai"  # a default not named already
+    assert Places(("Lyon",)).fill("{city} ({zone}) vs {city2}") == "Lyon (Europe/Paris) vs Shanghai"
+    assert Places(("Atlantis",)).fill("{zone}") == "UTC"
+
+
+CITY_SCRIPT = Script.parse(
+    {
+        "plan": [
+            {"task": "Time in {city}", "calls": [{"tool": "city_datetime"}]},
+            {
+                "task": "Time in {city2}",
+                "calls": [{"tool": "city_datetime", "arguments": {"city": "{city2}"}}],
+            },
+        ],
+        "answer": "Compared {city} and {city2}.",
+    }
+)
+
+
+def test_the_script_speaks_of_the_cities_the_user_named() -> None:
+    record = body(user("Compare Lyon and Oslo"), tools=[PLAN], tool_choice="required")
+    assert decide(record, CITY_SCRIPT) == Call(
+        "_plan_add_tasks_",
+        {"tasks": [{"description": "Time in Lyon"}, {"description": "Time in Oslo"}]},
+    )
+    # A task's conversation starts with a brief naming the request and the task.
+    brief = user(
+        "Request: Compare Lyon and Oslo\nPlan: Time in Lyon; Time in Oslo\nNow: Time in Oslo"
+    )
+    assert decide(body(brief, tools=[CITY, REPORT]), CITY_SCRIPT) == Call(
+        "city_datetime", {"city": "Oslo"}
+    )
+    first = user(
+        "Request: Compare Lyon and Oslo\nPlan: Time in Lyon; Time in Oslo\nNow: Time in Lyon"
+    )
+    assert decide(body(first, tools=[CITY, REPORT]), CITY_SCRIPT) == Call(
+        "city_datetime", {"city": "Lyon"}
+    )
+    answer = decide(body(user("Compare Lyon and Oslo")), CITY_SCRIPT)
+    assert answer == Answer(demo_text("Compared Lyon and Oslo."), "I have what I need to answer.")
+
+
+def test_the_summary_says_the_built_ins_results_in_words_and_failures_plainly() -> None:
+    local = {
+        "city": "Lyon",
+        "timezone": "Europe/Paris",
+        "date": "2030-01-02",
+        "time": "09:05:00",
+        "weekday": "Wednesday",
+        "utcOffset": "+01:00",
+    }
+    weather = {
+        "city": "Lyon",
+        "date": "2030-01-02",
+        "condition": "sunny",
+        "tempHighC": 9,
+        "tempLowC": 2,
+        "humidityPct": 40,
+        "windKph": 12,
+    }
+    failed = {
+        "role": "tool",
+        "tool_call_id": "d",
+        "name": "city_datetime",
+        "content": "Error: unknown city 'Atlantis': not one this tool knows",
+    }
+    done = body(
+        user("Lyon?"),
+        *called("city_datetime", local),
+        *called("mock_city_weather", weather),
+        failed,
+        tools=[CITY, WEATHER],
+        script={"calls": []},
+    )
+    answer = decide(done, Script(()))
+    assert isinstance(answer, Answer)
+    assert answer.text.split("\n") == [
+        DEMO_LINE,
+        "",
+        "Here is what the tools found:",
+        "- **Local time in Lyon**: 09:05 on Wednesday, 2030-01-02 (Europe/Paris, UTC+01:00)",
+        "- **Weather in Lyon** on 2030-01-02: sunny, 2 to 9 °C, humidity 40%, wind 12 km/h "
+        "(made-up demo data)",
+        "- **city_datetime** could not answer: unknown city 'Atlantis': not one this tool knows",
+    ]
+    # No city named: the answer says which one the tools looked up.
+    unnamed = body(
+        user("Weather?"),
+        *called("mock_city_weather", {**weather, "city": "Shanghai"}),
+        tools=[WEATHER],
+    )
+    said = decide(unnamed, Script(()))
+    assert isinstance(said, Answer)
+    assert "You named no city I could make out, so I looked up Shanghai:" in said.text
+
+
+def test_a_failed_time_look_up_leaves_the_weather_its_own_date() -> None:
+    failed = {"role": "tool", "tool_call_id": "d", "name": "city_datetime", "content": "Error: x"}
+    after = body(
+        user("Weather in Atlantis"),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "d",
+                    "type": "function",
+                    "function": {"name": "city_datetime", "arguments": "{}"},
+                }
+            ],
+        },
+        failed,
+        tools=[CITY, WEATHER],
+    )
+    call = decide(after, Script())
+    assert isinstance(call, Call) and call.arguments["city"] == "Atlantis"
+    assert "{{" not in call.arguments["date"]  # no template on a result that failed
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -379,7 +536,9 @@ def test_answers_stream_word_by_word_and_calls_in_fragments() -> None:
     ]
     content = [c["choices"][0]["delta"]["content"] for c in _chunks(script, "content")]
     assert "".join(reasoning).startswith("The user wrote: “Hi there”.")
-    assert content[:3] == ["You ", "said: ", "“Hi "]
+    answer = "".join(content)
+    assert answer.startswith(f"{DEMO_LINE}\n\nYou said: “Hi there”.")  # the demo says so first
+    assert content[0] == "_Demo "  # word by word
     assert script[-3:-1] == [lb.finish("stop") | {"created": script[-3]["created"]}, script[-2]]
     assert script[-1] is lb.DONE
 

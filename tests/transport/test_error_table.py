@@ -1,4 +1,4 @@
-"""The error table in both directions: the service, errors.proto, the clients and the README.
+"""The error table in both directions: the service, errors.proto, the clients and the docs.
 
 Every reason the service can send is declared in `agw.v1.ErrorReason` and every
 declared reason is sent by the service; every error class reaches the Python and
@@ -44,7 +44,7 @@ from agw_client import errors as client_errors
 import service
 from service.core import errors as e
 from service.providers.loopback import DONE, Gate, LoopbackProvider, content, finish
-from service.testing import Harness, oneshot_agent, write_agent
+from service.testing import Harness, oneshot_agent, serve_gateway, write_agent
 from service.transport.errors import GRPC_CODE
 from service.transport.servicer import unary
 from tests.transport.test_query import error_info
@@ -167,8 +167,8 @@ def test_every_constant_reason_of_a_run_or_task_event_is_declared() -> None:
         assert reason in DECLARED, f"{file}:{line}: {reason!r} is not in errors.proto"
 
 
-def test_the_readme_lists_every_reason_with_its_status() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_list_every_reason_with_its_status() -> None:
+    readme = (ROOT / "docs" / "grpc.md").read_text()
     table = readme.split("<!-- The reasons, in the order of errors.proto", 1)[1].split("\n\n")[0]
     rows = re.findall(r"^\| `([A-Z_]+)` \| (?:`([A-Z_]+)`|—) \| .+ \|$", table, re.M)
     statuses = e.reasons()
@@ -278,14 +278,8 @@ class RaisingServicer(gateway_pb2_grpc.AgentGatewayServicer):
 
 @pytest.fixture
 async def raising() -> AsyncIterator[str]:
-    server = grpc.aio.server()
-    gateway_pb2_grpc.add_AgentGatewayServicer_to_server(RaisingServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
+    async with serve_gateway(RaisingServicer()) as target:
+        yield target
 
 
 async def test_every_error_class_arrives_in_the_python_client(raising: str) -> None:

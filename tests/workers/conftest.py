@@ -184,10 +184,14 @@ def service_env(
     return env
 
 
-async def start_service(tmp_path: Path, env: dict[str, str]) -> Service:
-    """Start the supervisor; return once every worker listens (its port file is written)."""
-    log_file = tmp_path / "service.log"
-    port_file = tmp_path / "port"
+async def launch(
+    workdir: Path, env: dict[str, str], cwd: Path | None = None
+) -> tuple[asyncio.subprocess.Process, int]:
+    """`python -m service --port-file` in `cwd` (default `workdir`), its output in
+    `workdir/service.log`; once it listens (the port file is written), the process and
+    its gRPC port."""
+    log_file = workdir / "service.log"
+    port_file = workdir / "port"
     with log_file.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -195,7 +199,7 @@ async def start_service(tmp_path: Path, env: dict[str, str]) -> Service:
             "service",
             "--port-file",
             str(port_file),
-            cwd=tmp_path,
+            cwd=cwd or workdir,
             env=env,
             stdout=log,
             stderr=log,
@@ -208,9 +212,15 @@ async def start_service(tmp_path: Path, env: dict[str, str]) -> Service:
             await process.wait()
             raise AssertionError("the service did not start:\n" + log_file.read_text())
         await asyncio.sleep(0.05)
+    return process, int(port_file.read_text())
+
+
+async def start_service(tmp_path: Path, env: dict[str, str]) -> Service:
+    """Start the supervisor; return once every worker listens (its port file is written)."""
+    process, grpc_port = await launch(tmp_path, env)
+    log_file = tmp_path / "service.log"
     http = re.search(r"supervising 2 workers: gRPC on \S+, HTTP on \S+:(\d+)", log_file.read_text())
     assert http is not None, log_file.read_text()
-    grpc_port = int(port_file.read_text())
     return Service(process, grpc_port, int(http.group(1)), log_file, env["AGW_REDIS_URL"])
 
 

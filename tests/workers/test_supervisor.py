@@ -69,7 +69,7 @@ async def test_workers_on_unshared_state_are_refused_naming_the_settings(
     assert code == 2
     assert (
         "ERROR   agw.supervisor: AGW_WORKERS=2 runs 2 processes that must share their state; "
-        f'set {wrong} with AGW_REDIS_URL and AGW_POSTGRES_DSN (README "Workers"), '
+        f"set {wrong} with AGW_REDIS_URL and AGW_POSTGRES_DSN (docs/scale-out.md, Workers), "
         "or AGW_WORKERS=1"
     ) in output
     assert "started (pid" not in output

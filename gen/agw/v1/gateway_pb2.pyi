@@ -426,6 +426,7 @@ class Agent(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     MODES_FIELD_NUMBER: _builtins.int
+    EXAMPLES_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Key of the agent (its file name)."""
     name: _builtins.str
@@ -448,6 +449,12 @@ class Agent(_message.Message):
     def modes(self) -> _containers.RepeatedScalarFieldContainer[Global___AgentMode.ValueType]:
         """The modes a query may choose with `QueryRequest.mode` (`mode` first)."""
 
+    @_builtins.property
+    def examples(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A few prompts that show what the agent does, for a client to offer (the agent
+        file's `examples`; empty when it gives none).
+        """
+
     def __init__(
         self,
         *,
@@ -460,10 +467,11 @@ class Agent(_message.Message):
         model: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
         modes: _abc.Iterable[Global___AgentMode.ValueType] | None = ...,
+        examples: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "examples", b"examples", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -329,6 +329,14 @@ class AgentFile(_Strict):
     name: str = Field("", description="Display name; defaults to the key.")
     icon: str | None = Field(None, description='e.g. "emoji:🤖"')
     description: str = ""
+    examples: list[Annotated[str, StringConstraints(min_length=1, max_length=500)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "A few prompts that show what the agent does; clients offer them to click "
+            "(the web page shows them when a chat is empty)."
+        ),
+    )
     model_config_: ModelConfig | None = Field(None, alias="modelConfig")
     tool_config: ToolConfig | None = Field(None, alias="toolConfig")
     mode: Mode

@@ -274,12 +274,8 @@ class ToolRegistry:
             ("mcp", "mcp", stage.tools.mcp),
         )
         ordinary, problems = self.select(wanted)
-        if problems:
-            available = ", ".join(sorted(self._tools)) or "none"
-            text = "; ".join(problems)
-            raise ToolNotFound(
-                f"stage {stage.name!r}: {text} (available tools: {available})", stage=stage.name
-            )
+        if problems:  # what is wrong, in one sentence: not every tool there is
+            raise ToolNotFound(f"stage {stage.name!r}: {'; '.join(problems)}", stage=stage.name)
         return StageTools(ordinary, planning, registry=self, wanted=wanted)
 
     def select(self, wanted: Wanted) -> tuple[tuple[ToolDefinition, ...], builtins.list[str]]:

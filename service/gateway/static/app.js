@@ -1,10 +1,15 @@
 // The page: pick an agent, chat, watch runs stream, answer waiting tools, cancel,
 // and browse past chats. Everything goes through the adapter's HTTP API.
+//
+// An empty chat shows the agent: its name, what it does and its example prompts, to
+// click. Leaving a run that waits for the user (New chat, another agent, another chat)
+// leaves it waiting on the service: opening its chat again joins it (live.js).
 
 import { ApiError, call, stream } from './api.js';
 import { h } from './dom.js';
+import { icon, placeIcons } from './icons.js';
 import {
-  follow, liveRunOf, liveStatus, rememberChat, rememberedChat, settledEvents,
+  follow, liveRunOf, rememberChat, rememberedChat, settledEvents,
 } from './live.js';
 import { ChatView } from './render.js';
 import { ScrollFollower } from './scroll.js';
@@ -16,7 +21,7 @@ const PREFERRED_AGENT = 'demo_react'; // the first agent offered when none was u
 
 const state = {
   chatId: '',
-  run: null, // {runId, lastSeq, ended, abort}
+  run: null, // {runId, lastSeq, ended, abort}: the run this page follows
   agents: [],
   chats: [], // as ListChats last answered
   newChat: null, // a chat started since, listed before its first run is recorded
@@ -66,7 +71,7 @@ async function loadAgents() {
   }
   const select = $('agent');
   select.replaceChildren(...state.agents.map((agent) => h('option', { value: agent.key },
-    `${iconOf(agent.icon)}${agent.name || agent.key}`)));
+    agent.name || agent.key)));
   select.value = defaultAgent(localStorage.getItem('agw.agent'));
   describeAgent();
   loadChats(); // their agents' names are known now
@@ -80,10 +85,6 @@ function defaultAgent(saved) {
   if (keys.includes(PREFERRED_AGENT)) return PREFERRED_AGENT;
   const plain = state.agents.find((a) => !(a.tools || []).length);
   return (plain || state.agents[0])?.key || '';
-}
-
-function iconOf(icon) {
-  return icon && icon.startsWith('emoji:') ? `${icon.slice(6)} ` : '';
 }
 
 function agentName(key) {
@@ -103,8 +104,44 @@ function describeAgent() {
   const agent = state.agents.find((a) => a.key === $('agent').value);
   const mode = (agent?.mode || '').replace('AGENT_MODE_', '');
   $('agent-description').textContent = agent ? `${mode} — ${agent.description || ''}` : '';
-  $('chat-agent').textContent = agent ? `${iconOf(agent.icon)}${agent.name || agent.key}` : '';
+  $('chat-agent').textContent = agent ? agent.name || agent.key : '';
   if (agent) localStorage.setItem('agw.agent', agent.key);
+  showEmptyState();
+}
+
+/** A chat with nothing in it yet shows its agent: name, what it does, example prompts. */
+function showEmptyState() {
+  const log = $('log');
+  log.querySelector(':scope > .empty-state')?.remove();
+  if (state.chatId || log.childElementCount) return;
+  const agent = state.agents.find((a) => a.key === $('agent').value);
+  if (!agent) return;
+  const examples = (agent.examples || []).map((text) => h('button', {
+    type: 'button',
+    class: 'example',
+    onclick: () => {
+      $('message').value = text;
+      send();
+    },
+  }, text));
+  log.append(h('div', { class: 'empty-state', 'data-agent-key': agent.key },
+    h('div', { class: 'agent-mark' }, icon('agent')),
+    h('h2', {}, agent.name || agent.key),
+    h('p', { class: 'muted' }, agent.description || ''),
+    examples.length ? h('p', { class: 'examples-title muted' }, 'Try one of these:') : null,
+    examples.length ? h('div', { class: 'examples' }, ...examples) : null));
+}
+
+/** Stops following the run this page follows, if any: the run goes on (or keeps
+ *  waiting) on the service, where opening its chat finds it again. */
+function leaveRun() {
+  const run = state.run;
+  if (run && !run.ended) {
+    run.left = true;
+    run.abort.abort();
+  }
+  state.run = null;
+  setBusy(false);
 }
 
 /** "just now", "5 min ago", "3 h ago", else the date (and the time when it is this year). */
@@ -161,10 +198,10 @@ function showChats() {
 }
 
 async function openChat(chatId, agentKey = '') {
-  if (state.run && !state.run.ended) return;
   try {
     const data = await call('/api/chat', { query: { chatId } });
     const live = liveRunOf(data);
+    leaveRun();
     state.chatId = chatId;
     rememberChat(chatId);
     view.clear();
@@ -194,7 +231,7 @@ async function rejoin(live) {
   const run = { runId: live.runId, lastSeq: 0, ended: false, abort: new AbortController() };
   state.run = run;
   setBusy(true);
-  setStatus(liveStatus(live));
+  setStatus(''); // the run's own line says what it waits for
   try {
     await follow(live, view, { signal: run.abort.signal }, (m) => onEvent(run, m));
     await resume(run);
@@ -208,13 +245,14 @@ async function rejoin(live) {
     }
   } finally {
     run.ended = true;
-    setBusy(false);
+    if (state.run === run) setBusy(false);
     loadChats();
   }
 }
 
+/** An empty chat with the agent chosen; a run followed until now goes on without us. */
 function newChat() {
-  if (state.run && !state.run.ended) return;
+  leaveRun();
   state.chatId = '';
   rememberChat('');
   view.clear();
@@ -223,12 +261,21 @@ function newChat() {
   setStatus('');
   setNote('');
   setMenu(false);
+  showEmptyState();
   loadChats();
+}
+
+/** Another agent for the next message; a run that waits for the user is left waiting
+ *  (the agent's empty chat is shown instead: the waiting one cannot take a message). */
+function changeAgent() {
+  if (state.run && !state.run.ended) newChat();
+  describeAgent();
 }
 
 // Runs -----------------------------------------------------------------------------------
 
 function onEvent(run, message) {
+  if (run.left) return; // the page went elsewhere meanwhile
   if (message.event === 'error') { // the stream failed after it had started
     throw new ApiError(message.data, 0);
   }
@@ -274,6 +321,7 @@ async function send() {
   setNote('');
   const run = { runId: '', agentKey, lastSeq: 0, ended: false, abort: new AbortController() };
   state.run = run;
+  $('log').querySelector(':scope > .empty-state')?.remove();
   follower.toLatest(); // one's own message: back to the latest output
   setBusy(true);
   setStatus(''); // the run's own line says it is running
@@ -297,6 +345,7 @@ async function send() {
     if (!accepted && error instanceof ApiError) {
       setStatus('');
       setNote(`Not sent: ${error.message}`);
+      showEmptyState();
     } else if (error.name !== 'AbortError') {
       try {
         await resume(run, error);
@@ -309,7 +358,7 @@ async function send() {
   } finally {
     if (!run.ended) loadChats(); // no terminal event came to refresh the list
     run.ended = true;
-    setBusy(false);
+    if (state.run === run) setBusy(false);
   }
 }
 
@@ -360,13 +409,14 @@ $('message').addEventListener('keydown', (e) => {
   }
 });
 $('cancel').addEventListener('click', cancel);
-$('agent').addEventListener('change', describeAgent);
+$('agent').addEventListener('change', changeAgent);
 $('new-chat').addEventListener('click', newChat);
 $('refresh-chats').addEventListener('click', loadChats);
 $('menu').addEventListener('click', () => setMenu(document.body.dataset.menu !== 'open'));
 $('close-menu').addEventListener('click', () => setMenu(false));
 $('scrim').addEventListener('click', () => setMenu(false));
 
+placeIcons();
 setBusy(false);
 setMenu(false);
 loadAgents().then(() => {

@@ -1,17 +1,27 @@
 // Questions to the user (permission, question, plan approval), answered through Submit:
-// methods mixed into RunView (see render.js).
+// methods mixed into RunView (see render.js). A question with one answer among options
+// is a button per option (one click answers it); several answers make a form.
 
 import { h, pretty } from './dom.js';
 
 export const askHandlers = {
-  askButtons(ev, id, title, choices) {
+  /** Buttons that answer `id` at one click: `choices` are [label, payload, described?]. */
+  askButtons(ev, id, title, choices, extra = null) {
     const form = h('form', { class: 'ask-form', 'data-id': id });
-    const row = h('div', { class: 'buttons' });
-    for (const [label, payload] of choices) {
-      row.append(h('button', { type: 'button', onclick: () => this.answer(ev, id, payload, form) },
-        label));
+    const row = h('div', { class: 'buttons options' });
+    for (const [label, payload, choice] of choices) {
+      row.append(h('button', {
+        type: 'button',
+        class: choice?.recommended ? 'option recommended' : 'option',
+        'data-option': label,
+        title: choice?.description || null,
+        onclick: () => this.answer(ev, id, payload, form),
+      }, h('span', { class: 'choice-label' }, label),
+      choice?.recommended ? h('span', { class: 'recommended' }, 'recommended') : null,
+      choice?.description ? h('span', { class: 'note' }, choice.description) : null));
     }
     form.append(row);
+    if (extra) form.append(extra(form));
     const card = h('div', { class: 'card ask' }, h('div', { class: 'card-title' }, title), form);
     this.place(ev).append(card);
     this.blocks.set(id, { el: card, form });
@@ -20,18 +30,24 @@ export const askHandlers = {
   on_permission_ask(ev) {
     this.askButtons(ev, ev.permissionId, `Allow ${ev.toolName}(${ev.arguments || ''})?`, [
       ['Allow', { allowed: true }], ['Deny', { allowed: false }]]);
+    this.waiting(ev.permissionId, true);
   },
   on_permission_answer(ev) {
     this.settle(ev.permissionId, `${ev.allowed ? 'allowed' : 'denied'} (${ev.reason || 'user'})`);
+    this.waiting(ev.permissionId, false);
   },
-  /** A question: plain labels are buttons; typed options (with descriptions, the
-   *  recommended one marked and preselected), several choices or the user's own words
-   *  make a form — radio buttons or checkboxes, and a text field. */
+  /** A question: with one answer among options, a button per option (its description
+   *  under its label, the recommended one marked), and a field for one's own words when
+   *  they are allowed; with several answers a form of checkboxes (the recommended one
+   *  preselected) and that field; with no options, the field alone. */
   on_question_ask(ev) {
+    this.waiting(ev.questionId, true);
     const options = ev.options || [];
     const choices = new Map((ev.choices || []).map((c) => [c.label, c]));
-    if (options.length && !choices.size && !ev.multiSelect && !ev.allowFreeText) {
-      this.askButtons(ev, ev.questionId, ev.question, options.map((o) => [o, o]));
+    if (options.length && !ev.multiSelect) {
+      const own = ev.allowFreeText ? (form) => this.ownWords(ev, form) : null;
+      this.askButtons(ev, ev.questionId, ev.question,
+        options.map((o) => [o, o, choices.get(o)]), own);
       return;
     }
     const type = ev.multiSelect ? 'checkbox' : 'radio';
@@ -68,6 +84,21 @@ export const askHandlers = {
   },
   on_question_answer(ev) {
     this.settle(ev.questionId, ev.timedOut ? 'no answer (timed out)' : `answer: ${pretty(ev.answer)}`);
+    this.waiting(ev.questionId, false);
+  },
+
+  /** A field for the user's own words under a question's buttons, sent by Enter or its
+   *  button (never empty). */
+  ownWords(ev, form) {
+    const words = h('input', {
+      name: 'answer', type: 'text', 'aria-label': 'Your own answer', placeholder: 'or in your own words',
+    });
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      if (words.value.trim()) this.answer(ev, ev.questionId, words.value.trim(), form);
+    });
+    return h('div', { class: 'own-words' }, words,
+      h('button', { type: 'submit', class: 'primary' }, 'Answer'));
   },
 
   settle(id, text) {

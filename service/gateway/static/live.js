@@ -34,21 +34,6 @@ export function follow(live, view, { signal }, onMessage) {
   });
 }
 
-const KINDS = {
-  WAIT_KIND_FRONTEND_TOOL: 'your answer',
-  WAIT_KIND_QUESTION: 'your answer to a question',
-  WAIT_KIND_PERMISSION: 'your permission',
-  WAIT_KIND_PLAN_APPROVAL: 'your approval of the plan',
-};
-
-/** What the status line says of a live run joined again (nothing while it just runs:
- *  its own line in the log says so). */
-export function liveStatus(live) {
-  const waits = live.waits || [];
-  if (!waits.length) return '';
-  return `waiting for ${KINDS[waits[0].kind] || 'your answer'}`;
-}
-
 /** Keeps `chatId` in the address ('' for a new chat), replacing the history entry. */
 export function rememberChat(chatId) {
   const url = chatId ? `#chat=${encodeURIComponent(chatId)}` : location.pathname + location.search;

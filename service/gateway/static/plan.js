@@ -1,4 +1,5 @@
 // The plan of a run and its tasks, live: methods mixed into RunView (see render.js).
+// The plan card also holds the calls of the plan's own tools (one folded line each).
 
 import { h } from './dom.js';
 
@@ -13,12 +14,20 @@ const STATUS_LABEL = {
 export const planHandlers = {
   showPlan(ev, plan) {
     if (!this.plan) {
-      this.plan = { list: h('ol'), items: new Map() };
-      this.plan.el = h('div', { class: 'card plan', 'data-plan-id': ev.planId || '' },
-        h('div', { class: 'card-title' }, 'Plan'), this.plan.list);
+      this.plan = { list: h('ol'), items: new Map(), calls: h('div', { class: 'plan-calls' }) };
+      this.plan.el = h('div', { class: 'card plan' },
+        h('div', { class: 'card-title' }, 'Plan'), this.plan.list, this.plan.calls);
       this.body.prepend(this.plan.el);
     }
+    if (ev.planId) this.plan.el.dataset.planId = ev.planId;
     for (const task of plan?.tasks || []) this.setTask(task.taskId, task.status, task.description);
+  },
+
+  /** Where the calls of the plan's own tools go: inside the plan card (made, still
+   *  empty, when the planner's call comes before the plan). */
+  planCalls(ev) {
+    this.showPlan(ev, null);
+    return this.plan.calls;
   },
 
   setTask(taskId, status, description) {
@@ -47,6 +56,7 @@ export const planHandlers = {
     this.showPlan(ev, ev.plan);
     this.askButtons(ev, ev.approvalId, 'Approve this plan?', [
       ['Approve', { approved: true }], ['Reject', { approved: false }]]);
+    this.waiting(ev.approvalId, true);
   },
   on_task_start(ev) {
     this.setTask(ev.taskId, 'TASK_STATUS_IN_PROGRESS', ev.description);

@@ -3,16 +3,71 @@
 // {seq, type, timestamp, chatId, runId, taskId?, parentToolId?, ...payload fields}.
 // The events of a nested run (a subagent called as a tool, `parentToolId` naming the
 // call) render in a view of their own inside the calling tool's card.
+//
+// Answers render as Markdown (markdown.js). A tool call is one folded line — its name,
+// its arguments in short, ✓ or ✗, how long it took — that unfolds on a click to its
+// arguments and its result (a key/value table when the result is an object of plain
+// values). While the run waits for the user (a frontend tool, a question, a permission,
+// a plan approval), its status line says so.
 
 import { askHandlers } from './asks.js';
 import { h, pretty } from './dom.js';
 import { schemaForm, viewFrame } from './forms.js';
+import { icon } from './icons.js';
+import { MarkdownBlock } from './markdown.js';
 import { planHandlers } from './plan.js';
 
-/** Tools of the plan machinery, shown as one folded line: the plan card shows their effect. */
+/** Tools of the plan machinery: one folded line each, inside the plan card (which shows
+ *  what they did). */
 const INTERNAL_TOOL = /^_plan_/;
 /** Backend tools whose arguments the page shows as a question card of its own. */
 const ASKS_USER = new Set(['ask_user']);
+/** What the status line of a run that waits for the user says. */
+export const WAITING = 'Waiting for your answer';
+
+/** "city: Lyon, date: 2030-01-02": an object's fields in short; other values as JSON. */
+function summaryOf(args) {
+  let value;
+  try {
+    value = JSON.parse(args || '{}');
+  } catch {
+    return args || '';
+  }
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    return Object.entries(value).map(([key, v]) => `${key}: ${
+      v !== null && typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ');
+  }
+  return JSON.stringify(value);
+}
+
+/** "12 ms", "1.4 s". */
+function duration(ms) {
+  return ms < 1000 ? `${Math.max(0, Math.round(ms))} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** Whether `value` is an object of plain values (strings, numbers, booleans, null). */
+function isFlat(value) {
+  return !!value && typeof value === 'object' && !Array.isArray(value)
+    && Object.keys(value).length > 0
+    && Object.values(value).every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v));
+}
+
+/** A tool's result as read: a key/value table for an object of plain values, else its
+ *  JSON indented (or its text). */
+function resultView(result, error) {
+  let value = result;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value);
+    } catch { /* text: shown as it is */ }
+  }
+  if (!error && isFlat(value)) {
+    return h('table', { class: 'result kv' }, h('tbody', {}, ...Object.entries(value).map(
+      ([key, v]) => h('tr', {}, h('th', { scope: 'row' }, key), h('td', {}, String(v))),
+    )));
+  }
+  return h('pre', { class: 'result' }, pretty(result ?? null));
+}
 
 /** "_plan_update_task_" → "plan: update task". */
 function internalLabel(name) {
@@ -26,7 +81,8 @@ function perform(name, param) {
     document.documentElement.dataset.theme = param.theme;
   } else if (name === 'launch_fireworks') {
     const seconds = Math.min(Math.max(Number(param.seconds) || 2, 1), 10);
-    const show = h('div', { class: 'fireworks', 'aria-hidden': 'true' }, '🎆 🎇 🎆');
+    const show = h('div', { class: 'fireworks', 'aria-hidden': 'true' },
+      icon('burst'), icon('burst'), icon('burst'));
     show.style.animationDuration = `${seconds}s`;
     document.body.append(show);
     setTimeout(() => show.remove(), seconds * 1000);
@@ -97,7 +153,19 @@ export class RunView {
     if (!parent) {
       this.owners = new Map(); // toolId -> the view whose card it is (nested runs included)
       this.nested = new Map(); // toolId -> the view of the nested run that call started
+      this.waits = new Set(); // ids of what waits for the user now (nested runs' included)
     }
+  }
+
+  /** `id` waits for the user (`on`), or no longer does: the status line says so. */
+  waiting(id, on) {
+    const root = this.root;
+    if (on) root.waits.add(id);
+    else root.waits.delete(id);
+    if (root.el.dataset.status !== 'running') return;
+    const waits = root.waits.size > 0;
+    root.el.dataset.waiting = waits ? 'true' : 'false';
+    root.status.replaceChildren(...(waits ? [icon('wait'), WAITING] : ['running…']));
   }
 
   /** The view of the nested run under tool call `toolId`, made inside its card. */
@@ -111,6 +179,7 @@ export class RunView {
       view = new RunView(this.runId, this.chat, owner, toolId);
       tool.el.append(view.el);
       root.nested.set(toolId, view);
+      owner.unfold(tool); // the nested run is what the call does: in sight
     }
     return view;
   }
@@ -140,23 +209,27 @@ export class RunView {
 
   // Reasoning and content ------------------------------------------------------------
 
+  /** A reasoning block (plain text), or an answer (Markdown). */
   textBlock(ev, id, kind, text = '') {
-    const node = document.createTextNode(text);
-    let el;
+    let block;
     if (kind === 'reasoning') {
-      el = h('details', { class: 'reasoning', open: true },
+      const node = document.createTextNode(text);
+      const el = h('details', { class: 'reasoning', open: true },
         h('summary', {}, 'Reasoning'), h('div', { class: 'reasoning-text' }, node));
+      block = { el, node };
     } else {
-      el = h('div', { class: 'content', 'data-content-id': id }, node);
+      const el = h('div', { class: 'content markdown', 'data-content-id': id });
+      block = { el, markdown: new MarkdownBlock(el) };
     }
-    this.place(ev).append(el);
-    this.blocks.set(id, { el, node });
-    return this.blocks.get(id);
+    this.place(ev).append(block.el);
+    this.blocks.set(id, block);
+    return block;
   }
 
   appendText(id, delta) {
     const block = this.blocks.get(id);
-    if (block) block.node.appendData(delta);
+    if (block?.markdown) block.markdown.append(delta);
+    else if (block) block.node.appendData(delta);
   }
 
   on_reasoning_start(ev) { this.textBlock(ev, ev.reasoningId, 'reasoning'); }
@@ -170,38 +243,77 @@ export class RunView {
   }
   on_content_start(ev) { this.textBlock(ev, ev.contentId, 'content'); }
   on_content_delta(ev) { this.appendText(ev.contentId, ev.delta || ''); }
-  on_content_snapshot(ev) { this.textBlock(ev, ev.contentId, 'content', ev.text || ''); }
+  on_content_end(ev) { this.blocks.get(ev.contentId)?.markdown?.finish(); }
+  on_content_snapshot(ev) {
+    this.textBlock(ev, ev.contentId, 'content').markdown.finish(ev.text || '');
+  }
 
   // Tools and actions ------------------------------------------------------------------
 
-  /** A tool or action card. Its title folds and unfolds it; the plan's own tools start
-   *  folded, and the arguments of a frontend tool or `ask_user` are folded under its form. */
+  /** A tool or action card: one folded line (name, arguments in short, ✓/✗, time) that
+   *  a click unfolds. A frontend tool starts unfolded (its view or form waits there); the
+   *  plan's own tools go into the plan card; the arguments of a frontend tool or
+   *  `ask_user` are folded under its form. */
   card(ev, id, { kind, name, type, description }) {
     const args = document.createTextNode('');
     const internal = kind === 'tool' && INTERNAL_TOOL.test(name || '');
-    const frontend = kind === 'tool' && type && type !== 'backend';
+    const frontend = kind === 'tool' && !!type && type !== 'backend';
     const asks = frontend || (kind === 'tool' && ASKS_USER.has(name));
+    const summary = h('span', { class: 'summary' });
+    const state = h('span', { class: 'state', title: 'running' }, icon('pending'));
+    const time = h('span', { class: 'time' });
     const title = h('button', { type: 'button', class: 'card-title', 'aria-expanded': 'true' },
-      internal ? internalLabel(name) : name || kind, h('span', { class: 'kind' }, type || kind));
+      icon('chevron', 'chevron'),
+      h('span', { class: 'tool-name' }, internal ? internalLabel(name) : name || kind),
+      summary, state, time);
     const argsLabel = h('span', { class: 'label' }, 'arguments');
     const argsBox = asks
       ? h('details', { class: 'args-box' }, h('summary', {}, argsLabel), h('pre', { class: 'args' }, args))
       : h('div', { class: 'args-box' }, argsLabel, h('pre', { class: 'args' }, args));
     const el = h('div', {
-      class: `card ${kind}${internal ? ' internal' : ''}`, 'data-id': id, 'data-name': name || '',
+      class: `card ${kind}${internal ? ' internal' : ''}`,
+      'data-id': id,
+      'data-name': name || '',
+      'data-type': type || kind,
+      'data-state': 'running',
     }, title, description && !internal ? h('div', { class: 'note' }, description) : null, argsBox);
-    title.addEventListener('click', () => this.fold(el, el.dataset.collapsed !== 'true'));
-    if (internal) this.fold(el, true);
-    this.place(ev).append(el);
-    const state = { el, args, argsLabel, type, name };
-    this.blocks.set(id, state);
+    const block = {
+      el, args, argsLabel, type, name, summary, state, time, started: Number(ev.timestamp || 0),
+    };
+    title.addEventListener('click', () => {
+      block.toggled = true; // the reader's choice stands from now on
+      this.fold(el, el.dataset.collapsed !== 'true');
+    });
+    this.fold(el, !frontend);
+    (internal ? this.planCalls(ev) : this.place(ev)).append(el);
+    this.blocks.set(id, block);
     this.root.owners.set(id, this);
-    return state;
+    return block;
   }
 
   fold(el, collapsed) {
     el.dataset.collapsed = collapsed ? 'true' : 'false';
     el.querySelector(':scope > .card-title').setAttribute('aria-expanded', collapsed ? 'false' : 'true');
+  }
+
+  /** Unfolds the card of `block` (a call waiting, a nested run), unless the reader chose. */
+  unfold(block) {
+    if (!block.toggled) this.fold(block.el, false);
+  }
+
+  /** The arguments are whole: shown indented, and in short on the card's line. */
+  setArguments(block, text) {
+    block.args.data = pretty(text || '{}');
+    block.summary.textContent = summaryOf(text);
+  }
+
+  /** The call ended (`error`: failed) at `timestamp`: ✓ or ✗, and how long it took. */
+  ended(block, error, timestamp) {
+    block.el.dataset.state = error ? 'error' : 'done';
+    block.state.replaceChildren(icon(error ? 'cross' : 'check'));
+    block.state.title = error ? 'failed' : 'done';
+    const took = Number(timestamp || 0) - block.started;
+    if (!block.timed && block.started && took >= 0) block.time.textContent = duration(took);
   }
 
   on_tool_start(ev) {
@@ -213,32 +325,39 @@ export class RunView {
   on_tool_end(ev) {
     const tool = this.blocks.get(ev.toolId);
     if (!tool) return;
-    tool.args.data = pretty(tool.args.data || '{}');
-    if (tool.type && tool.type !== 'backend' && !tool.answered) this.toolForm(ev, tool);
+    this.setArguments(tool, tool.args.data);
+    if (tool.type && tool.type !== 'backend' && !tool.answered) {
+      this.toolForm(ev, tool);
+      this.waiting(ev.toolId, true);
+    }
   }
   on_tool_snapshot(ev) {
     const tool = this.card(ev, ev.toolId, {
       kind: 'tool', name: ev.toolName, type: ev.toolType, description: ev.description,
     });
-    tool.args.data = pretty(ev.arguments || '{}');
+    this.setArguments(tool, ev.arguments);
   }
   on_tool_result(ev) {
     const tool = this.blocks.get(ev.toolId);
     if (!tool) return;
     tool.answered = true;
     tool.form?.remove();
+    this.waiting(ev.toolId, false);
     if (ev.renderedArguments) { // the arguments as the tool got them, templates filled in
       tool.el.dataset.template = tool.args.data;
-      tool.args.data = pretty(ev.renderedArguments);
+      this.setArguments(tool, ev.renderedArguments);
       tool.argsLabel.textContent = 'arguments (templates filled in)';
     }
-    tool.el.dataset.state = ev.error ? 'error' : 'done';
+    this.ended(tool, ev.error, ev.timestamp);
+    if (tool.type && tool.type !== 'backend' && !tool.toggled) this.fold(tool.el, true);
     tool.el.append(h('div', { class: 'label' }, ev.error ? 'error' : 'result'),
-      h('pre', { class: 'result' }, pretty(ev.result ?? null)));
+      resultView(ev.result, ev.error));
   }
   on_tool_timing(ev) {
-    this.blocks.get(ev.toolId)?.el.querySelector('.kind')
-      ?.append(` · ${ev.durationMs || 0} ms`);
+    const tool = this.blocks.get(ev.toolId);
+    if (!tool) return;
+    tool.timed = true; // the service's own measure
+    tool.time.textContent = duration(Number(ev.durationMs || 0));
   }
 
   /** A frontend tool waits for the user: its view (sandboxed), else a form built from its
@@ -329,11 +448,12 @@ export class RunView {
   on_action_args(ev) { this.blocks.get(ev.actionId)?.args.appendData(ev.delta || ''); }
   on_action_end(ev) {
     const action = this.blocks.get(ev.actionId);
-    if (action) action.args.data = pretty(action.args.data || '{}');
+    if (action) this.setArguments(action, action.args.data);
   }
   on_action_snapshot(ev) {
-    this.card(ev, ev.actionId, { kind: 'action', name: ev.actionName, type: 'action',
-      description: ev.description }).args.data = pretty(ev.arguments || '{}');
+    const action = this.card(ev, ev.actionId, { kind: 'action', name: ev.actionName,
+      type: 'action', description: ev.description });
+    this.setArguments(action, ev.arguments);
   }
   on_action_param(ev) {
     const action = this.blocks.get(ev.actionId);
@@ -341,8 +461,10 @@ export class RunView {
     action?.el.append(h('div', { class: 'label' }, 'parameters'), h('pre', {}, pretty(ev.param)));
   }
   on_action_result(ev) {
-    this.blocks.get(ev.actionId)?.el.append(h('div', { class: 'label' }, 'result'),
-      h('pre', { class: 'result' }, pretty(ev.result ?? null)));
+    const action = this.blocks.get(ev.actionId);
+    if (!action) return;
+    this.ended(action, false, ev.timestamp);
+    action.el.append(h('div', { class: 'label' }, 'result'), resultView(ev.result, false));
   }
 
   // Everything else ----------------------------------------------------------------------
@@ -350,6 +472,7 @@ export class RunView {
   on_request_submit(ev) {
     const block = this.blocks.get(ev.toolId);
     block?.el.append(h('div', { class: 'note' }, 'answered'));
+    this.waiting(ev.toolId, false);
   }
   on_source_snapshot(ev) {
     // A source with no address (an MCP server run as a local command) is named, not
@@ -375,7 +498,9 @@ export class RunView {
   }
 
   finish(status, text) {
+    this.waits.clear();
     this.el.dataset.status = status;
+    this.el.dataset.waiting = 'false';
     this.status.textContent = this.usage ? `${text} · ${this.usage}` : text;
     for (const view of [this, ...this.nested.values()]) {
       for (const block of view.blocks.values()) block.form?.remove();

@@ -181,6 +181,18 @@ def test_full_spec_example_with_policy_overrides() -> None:
     assert again.json_schema_ref is None  # to_json_dict() leaves `$schema` out
 
 
+def test_examples_are_a_short_list_of_prompts() -> None:
+    assert parse(ONESHOT).examples == []
+    agent = parse({**ONESHOT, "examples": ["What's the weather in Lyon?", "Hello"]})
+    assert agent.examples == ["What's the weather in Lyon?", "Hello"]
+    assert error_of({**ONESHOT, "examples": ["fine", ""]}) == (
+        'agent.json: examples[1]: String should have at least 1 character (got "")'
+    )
+    assert "examples: List should have at most 10 items" in error_of(
+        {**ONESHOT, "examples": ["x"] * 11}
+    )
+
+
 def test_definitions_are_immutable() -> None:
     agent = parse(ONESHOT)
     with pytest.raises(ValueError, match="frozen"):
@@ -526,6 +538,7 @@ def test_shipped_examples_all_load() -> None:
     for agent in agents.values():
         assert agent.json_schema_ref == f"./{SCHEMA_FILE_NAME}"
         assert agent.name and agent.description and (agent.icon or "").startswith("emoji:")
+        assert agent.examples, f"{agent.key} offers no example prompts"
         for name in agent.stage_names:  # the default provider and its default model
             assert agent.stage(name).model.provider_key is None
             assert agent.stage(name).model.model is None

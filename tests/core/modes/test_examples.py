@@ -18,6 +18,7 @@ from agw.v1 import gateway_pb2 as gw
 from google.protobuf import json_format, struct_pb2
 
 from service.core.chats.history import snapshot_form
+from service.providers.demo_tools import demo_text
 from service.providers.loopback import LoopbackProvider
 from service.testing import Harness
 from tests.core.tools.kit import answer_turn, assert_invariants, kinds, result_of
@@ -137,36 +138,45 @@ def calls_of(events: list) -> list[tuple[str, dict]]:
 
 
 async def test_the_react_example_follows_its_script(demo: Harness) -> None:
-    events = await demo.query("demo_react", "Weather in Paris tomorrow?")
+    events = await demo.query("demo_react", "Weather in Lyon tomorrow?")
     assert [(name, args.get("city")) for name, args in calls_of(events)] == [
-        ("city_datetime", "Paris"),
-        ("mock_city_weather", "Paris"),
+        ("city_datetime", "Lyon"),  # the city the user named
+        ("mock_city_weather", "Lyon"),
     ]
     local, weather = [result_of(e) for e in events if e.type == "tool.result"]
     tomorrow = date.fromisoformat(local["date"]) + timedelta(days=1)
     assert weather["date"] == tomorrow.isoformat()
     answer = "".join(e.content_delta.delta for e in events if e.type == "content.delta")
-    assert answer.startswith("Here is what I found:\n- city_datetime: city: Paris")
+    assert answer.startswith(demo_text("Here is what the tools found:\n- **Local time in Lyon**: "))
+    assert f"- **Weather in Lyon** on {tomorrow.isoformat()}: " in answer
 
 
 async def test_the_plan_example_runs_its_scripted_tasks(demo: Harness) -> None:
-    events = await demo.query("demo_plan", "Time and weather in Paris")
+    events = await demo.query("demo_plan", "Plan a day in Lyon")
     assert [e.task_start.description for e in events if e.type == "task.start"] == [
-        "Find the local date and time of the city",
-        "Get the weather of the city on that date",
+        "Find the local date and time in Lyon",
+        "Get the weather in Lyon on that date",
     ]
     ordinary = [(n, a) for n, a in calls_of(events) if not n.startswith("_plan_")]
     assert ordinary == [
-        ("city_datetime", {"city": "Paris"}),
-        ("mock_city_weather", {"city": "Paris", "date": "{{city_datetime.date}}"}),
+        ("city_datetime", {"city": "Lyon"}),
+        ("mock_city_weather", {"city": "Lyon", "date": "{{city_datetime.date}}"}),
     ]
     results = [result_of(e) for e in events if e.type == "tool.result"]
     local, weather = [r for r in results if isinstance(r, dict) and "city" in r]
-    assert (weather["city"], weather["date"]) == ("Paris", local["date"])
+    assert (weather["city"], weather["date"]) == ("Lyon", local["date"])
     completed = [e.task_complete.description for e in events if e.type == "task.complete"]
-    assert completed[0].startswith("city: Paris, timezone: Europe/Paris")
-    assert completed[1].startswith(f"city: Paris, date: {local['date']}, condition: ")
-    answer = "".join(e.content_delta.delta for e in events if e.type == "content.delta")
+    assert completed[0].startswith("city: Lyon, timezone: Europe/Paris")
+    assert completed[1].startswith(f"city: Lyon, date: {local['date']}, condition: ")
+    blocks: dict[str, str] = {}
+    for event in events:
+        if event.type == "content.delta":
+            blocks[event.content_delta.content_id] = (
+                blocks.get(event.content_delta.content_id, "") + event.content_delta.delta
+            )
+    draft, answer = blocks.values()
+    assert draft.startswith(demo_text("My plan:\n1. Find the local date and time in Lyon"))
+    assert answer.startswith(demo_text("I looked up the local date and time in Lyon"))
     assert answer.endswith("The weather is demo data, not a real forecast.")
 
 
@@ -183,7 +193,7 @@ def comparable(events: list) -> list[dict]:
 async def test_the_parallel_example_runs_its_lookups_at_once_then_compares(
     demo: Harness,
 ) -> None:
-    events = await demo.query("demo_parallel", "Compare Paris and Tokyo")
+    events = await demo.query("demo_parallel", "Compare Lyon and Oslo")
     assert events[-1].type == "run.complete"
     tasks = [(e.type, e.task_id) for e in events if e.type in ("task.start", "task.complete")]
     lookups = ["task_1", "task_2", "task_3", "task_4"]
@@ -192,10 +202,15 @@ async def test_the_parallel_example_runs_its_lookups_at_once_then_compares(
     assert tasks[8:] == [("task.start", "task_5"), ("task.complete", "task_5")]
     ordinary = sorted((n, a["city"]) for n, a in calls_of(events) if not n.startswith("_plan_"))
     assert ordinary == [
-        ("city_datetime", "Paris"),
-        ("city_datetime", "Tokyo"),
-        ("mock_city_weather", "Paris"),
-        ("mock_city_weather", "Tokyo"),
+        ("city_datetime", "Lyon"),
+        ("city_datetime", "Oslo"),
+        ("mock_city_weather", "Lyon"),
+        ("mock_city_weather", "Oslo"),
+    ]
+    planned = [e.task_start.description for e in events if e.type == "task.start"]
+    assert planned[:2] == [
+        "Find the local date and time in Lyon",
+        "Find the local date and time in Oslo",
     ]
     await demo.app.frontdoor.flush()
     reply = await demo.stub.GetChat(gw.GetChatRequest(chat_id=events[0].chat_id))
@@ -220,14 +235,14 @@ async def test_the_replan_example_revises_then_finishes_early(demo: Harness) -> 
 
 
 async def test_the_verify_example_plans_a_second_round_then_passes(demo: Harness) -> None:
-    events = await demo.query("demo_verify", "Weather in Paris?")
+    events = await demo.query("demo_verify", "Weather in Vienna?")
     verdicts = [json.loads(a)["verdict"] for n, a in _raw_calls(events) if n == "_plan_verify_"]
     assert verdicts == ["needsMorePlanning", "pass"]
     [revise] = [e.plan_revise for e in events if e.type == "plan.revise"]
     assert revise.reason == "The request asks about the weather too: get it for the local date."
     assert [e.task_start.description for e in events if e.type == "task.start"] == [
-        "Find the local date and time of the city",
-        "Get the weather of the city on that date",
+        "Find the local date and time in Vienna",
+        "Get the weather in Vienna on that date",
     ]
     assert events[-1].type == "run.complete"
 
@@ -244,27 +259,27 @@ def _raw_calls(events: list) -> list[tuple[str, str]]:
 
 
 async def test_the_mcp_example_asks_the_example_mcp_server(clock_demo: Harness) -> None:
-    events = await clock_demo.query("demo_mcp", "What time is it in Paris?")
+    events = await clock_demo.query("demo_mcp", "What time is it in Tokyo?")
     assert events[-1].type == "run.complete", events[-1]
     assert_invariants(events)
     described = [e.source_snapshot for e in events if e.type == "source.snapshot"]
     assert [(s.source_id, s.title) for s in described] == [("mcp:clock", "clock")]
     assert calls_of(events) == [
-        ("mcp__clock__zones", {"contains": "Paris"}),
-        ("mcp__clock__now", {"zone": "Europe/Paris"}),
+        ("mcp__clock__zones", {"contains": "Tokyo"}),
+        ("mcp__clock__now", {"zone": "Asia/Tokyo"}),
     ]
     zones, local = [result_of(e) for e in events if e.type == "tool.result"]
-    assert zones == "Europe/Paris"
-    assert json.loads(local)["zone"] == "Europe/Paris"
+    assert zones == "Asia/Tokyo"
+    assert json.loads(local)["zone"] == "Asia/Tokyo"
 
 
 async def test_the_escalating_example_plans_when_it_calls_plan_create(demo: Harness) -> None:
-    events = await demo.query("demo_escalate", "Time and weather in Paris")
+    events = await demo.query("demo_escalate", "Time and weather in Lisbon")
     names = [name for name, _ in calls_of(events)]
     assert names[:2] == ["plan_create", "_plan_add_tasks_"]
     assert [e.task_start.description for e in events if e.type == "task.start"] == [
-        "Find the local date and time of the city",
-        "Get the weather of the city on that date",
+        "Find the local date and time in Lisbon",
+        "Get the weather in Lisbon on that date",
     ]
     planned = await demo.query(
         "demo_escalate", "Time and weather in Paris", mode=gw.AGENT_MODE_PLAN_EXECUTE
@@ -283,7 +298,9 @@ async def test_the_team_example_streams_its_researchers_run_inside_its_own(demo:
         "mock_city_weather",
     ]
     [report] = [e for e in events if e.type == "tool.result" and not e.parent_tool_id]
-    assert str(result_of(report)).startswith("Here is what I found:\n- city_datetime: city: Paris")
+    assert str(result_of(report)).startswith(
+        demo_text("Here is what the tools found:\n- **Local time in Paris**: ")
+    )
 
 
 async def test_the_skills_example_loads_its_skill(demo: Harness) -> None:

@@ -35,10 +35,23 @@ async def test_city_datetime() -> None:
     shanghai = await tool({"city": "上海"}, CALL)
     assert (shanghai["date"], shanghai["time"]) == ("2025-03-02", "04:15:05")
     assert (await tool({"city": "Europe/Lisbon"}, CALL))["timezone"] == "Europe/Lisbon"
-    with pytest.raises(ToolError, match=r"unknown city 'Atlantis'; try a city such as"):
+    with pytest.raises(ToolError, match=r"unknown city 'Atlantis': not one this tool knows"):
         await tool({"city": "Atlantis"}, CALL)
     with pytest.raises(ToolError, match="'city' must be a non-empty string"):
         await tool({}, CALL)
+
+
+async def test_city_datetime_knows_the_cities_zones_are_named_after_and_more() -> None:
+    tool = CityDatetime(lambda: NOW)
+    assert (await tool({"city": "Lyon"}, CALL))["timezone"] == "Europe/Paris"  # listed
+    assert (await tool({"city": "zurich"}, CALL))["timezone"] == "Europe/Zurich"  # a zone's city
+    assert (await tool({"city": "Buenos Aires"}, CALL))["timezone"] == (
+        "America/Argentina/Buenos_Aires"
+    )
+    assert (await tool({"city": "Honolulu"}, CALL))["time"] == "10:15:05"
+    for not_a_city in ("north", "center"):  # old aliases, not places
+        with pytest.raises(ToolError, match="unknown city"):
+            await tool({"city": not_a_city}, CALL)
 
 
 async def test_mock_city_weather_is_repeatable() -> None:
@@ -58,6 +71,8 @@ async def test_mock_city_weather_is_repeatable() -> None:
     }
     assert first["tempLowC"] < first["tempHighC"]
     assert (await tool({"city": "Tokyo"}, CALL))["date"] == "2025-03-02"  # today in Tokyo
+    # Any city has made-up weather; one of no known zone has the UTC date's.
+    assert (await tool({"city": "Atlantis"}, CALL))["date"] == "2025-03-01"
     with pytest.raises(ToolError, match="'date' must be YYYY-MM-DD"):
         await tool({"city": "Paris", "date": "tomorrow"}, CALL)
 

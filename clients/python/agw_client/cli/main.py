@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -141,7 +142,7 @@ class Cli:
         for a in agents:
             mode = gw.AgentMode.Name(a.mode).removeprefix("AGENT_MODE_")
             rows.append((a.key, mode, a.name, a.description))
-        self._table(rows)
+        self._table(fit(rows, shutil.get_terminal_size().columns))
         return EXIT_OK
 
     def cmd_query(self) -> int:
@@ -211,6 +212,30 @@ class Cli:
         for row in rows:
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
             self._print("  ".join([*cells, row[-1]]).rstrip())
+
+
+#: The narrowest a table's last column is cut to, and the column before it.
+MIN_LAST, MIN_CUT = 20, 12
+
+
+def fit(rows: list[tuple[str, ...]], width: int) -> list[tuple[str, ...]]:
+    """The table's rows cut to `width` columns (at least 80): the last column to what is
+    left, the one before it first when the last would get less than 20 characters."""
+    width = max(width, 80)
+    columns = len(rows[0])
+    widths = [max(len(row[i]) for row in rows) for i in range(columns)]
+    used = sum(widths[:-1]) + 2 * (columns - 1)
+    if columns > 2 and width - used < MIN_LAST:  # the next-to-last column gives some up
+        widths[-2] = max(MIN_CUT, widths[-2] - (MIN_LAST - (width - used)))
+        used = sum(widths[:-1]) + 2 * (columns - 1)
+    limits = [*widths[:-1], max(width - used, MIN_LAST)]
+    return [
+        tuple(_cut(cell, limit) for cell, limit in zip(row, limits, strict=True)) for row in rows
+    ]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def failure(error: RpcError, target: str) -> str:

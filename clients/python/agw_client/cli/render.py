@@ -2,6 +2,8 @@
 
 Answer text streams as it arrives; reasoning streams dimmed after "[thinking]";
 tool calls, their results, actions, the plan and its tasks get one line each.
+The tools the service adds itself go by friendly names ("plan", "task report"): the
+plan's lines show what they did, so their arguments and results are not repeated.
 Live events (start/delta/end) and history replays (snapshots) render alike.
 """
 
@@ -14,9 +16,25 @@ from typing import Any, TextIO
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format, struct_pb2
 
+from agw_client.cli.spinner import Spinner
 from agw_client.messages import from_value, plain_numbers
 
 RESULT_WIDTH = 200
+#: The tools the service adds itself, by the name a person reads.
+FRIENDLY_NAMES = {
+    "_plan_add_tasks_": "plan",
+    "_plan_update_task_": "task report",
+    "_plan_decide_": "replan",
+    "_plan_verify_": "verify",
+    "_context_summary_": "summary",
+}
+
+
+def display_name(name: str) -> str:
+    """The name a tool is shown by: its friendly name for the service's own tools."""
+    return FRIENDLY_NAMES.get(name, name)
+
+
 TASK_MARK = {
     pb.TASK_STATUS_INIT: "[ ]",
     pb.TASK_STATUS_IN_PROGRESS: "[>]",
@@ -90,11 +108,25 @@ class Renderer:
         self._at_line_start = True
         self._tools: dict[str, ToolCall] = {}  # by tool (or action) id
         self._tasks: dict[str, int] = {}  # task id -> last shown status
+        #: Turning until the first output (see `wait`).
+        self.spinner: Spinner | None = None
 
     # Output primitives
 
+    def wait(self) -> None:
+        """Show a spinner until the next output, when the error stream is a terminal."""
+        if self.err.isatty() and self.spinner is None:
+            self.spinner = Spinner(self.err)
+            self.spinner.start()
+
+    def stop_spinner(self) -> None:
+        if self.spinner is not None:
+            self.spinner.stop()
+            self.spinner = None
+
     def write(self, text: str) -> None:
         if text:
+            self.stop_spinner()
             self.out.write(text)
             self.out.flush()
             self._at_line_start = text.endswith("\n")
@@ -117,6 +149,7 @@ class Renderer:
 
     def notice(self, text: str) -> None:
         """A message about the session (not the run) on the error stream."""
+        self.stop_spinner()
         self.end_line()
         self.err.write(text + "\n")
         self.err.flush()
@@ -185,8 +218,13 @@ class Renderer:
         call.arguments += p.delta
 
     def _on_tool_end(self, p: pb.ToolEnd) -> None:
-        call = self.tool(p.tool_id)
-        self.line(self.style.cyan(f"→ {call.name} {short(call.arguments)}".rstrip()))
+        self._show_call(self.tool(p.tool_id).name, self.tool(p.tool_id).arguments)
+
+    def _show_call(self, name: str, arguments: str) -> None:
+        if name in FRIENDLY_NAMES:  # the plan's lines show what it does
+            self.line(self.style.dim(f"→ {display_name(name)}"))
+        else:
+            self.line(self.style.cyan(f"→ {name} {short(arguments)}".rstrip()))
 
     def _on_tool_snapshot(self, p: pb.ToolSnapshot) -> None:
         self._tools[p.tool_id] = ToolCall(
@@ -197,12 +235,15 @@ class Renderer:
             p.tool_api,
             struct_dict(p.tool_params),
         )
-        self.line(self.style.cyan(f"→ {p.tool_name} {short(p.arguments)}".rstrip()))
+        self._show_call(p.tool_name, p.arguments)
 
     def _on_tool_result(self, p: pb.ToolResult) -> None:
         name = self.tool(p.tool_id).name or p.tool_id
+        if name in FRIENDLY_NAMES and not p.error:
+            return  # the plan's lines say what came of it
         verb = "failed" if p.error else "returned (cached)" if p.cached else "returned"
-        self.line(self.style.dim(f"← {name} {verb}: {short(from_value(p.result))}"))
+        shown = display_name(name)
+        self.line(self.style.dim(f"← {shown} {verb}: {short(from_value(p.result))}"))
 
     def _on_action_start(self, p: pb.ActionStart) -> None:
         self._tools[p.action_id] = ToolCall(p.action_name, "action")

@@ -13,7 +13,9 @@ What waits for the user, and the payload `Submit` then carries:
 
 End of input (Ctrl-D, or a closed pipe) leaves the wait unanswered; the run's
 own time-out then applies. The first Ctrl-C asks the gateway to cancel the run
-(`Cancel`) and shows the stream to its `run.cancel`; a second one leaves at once.
+(`Cancel`) and follows the stream to its `run.cancel`, showing nothing more of it but
+its end (what was on its way is not printed after "cancelling…"); a second one leaves
+at once. On a terminal a spinner turns until the run shows something.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from agw_client.messages import event_to_dict
 from agw_client.sync import Client, QueryStream
 
 BACKEND_TYPES = frozenset({"", "backend"})
+TERMINAL = frozenset({"run_complete", "run_error", "run_cancel"})
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 Reader = Callable[[str], str]
@@ -55,6 +58,7 @@ class Prompter:
     def ask(self, prompt: str) -> str | None:
         if self.closed:
             return None
+        self.renderer.stop_spinner()
         self.renderer.end_line()
         self.renderer.prompted()
         try:
@@ -167,14 +171,20 @@ class Session:
         """Follow `stream` to its end; a second Ctrl-C raises KeyboardInterrupt."""
         interrupts = Interrupts(lambda: self._interrupted(stream))
         self._interrupts, self._cancel_sent = interrupts, False
-        with stream, interrupts:
-            for event in stream:
-                if interrupts.count and not self._cancel_sent:  # the run id is known now
-                    self._start_cancel(stream)
-                self._show(event)
-                if not interrupts.count:
-                    self._answer(stream, event)
-            return stream.folder.result
+        if not self.json_lines:
+            self.renderer.wait()
+        try:
+            with stream, interrupts:
+                for event in stream:
+                    if interrupts.count and not self._cancel_sent:  # the run id is known now
+                        self._start_cancel(stream)
+                    if not interrupts.count or event.WhichOneof("payload") in TERMINAL:
+                        self._show(event)  # once cancelling, nothing but the run's end
+                    if not interrupts.count:
+                        self._answer(stream, event)
+                return stream.folder.result
+        finally:
+            self.renderer.stop_spinner()
 
     @staticmethod
     def exit_code(result: RunResult) -> int:
