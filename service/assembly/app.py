@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -12,7 +13,7 @@ from typing import Any
 from service import state
 from service.assembly import security
 from service.assembly.config import McpServerSettings, ProviderSettings, Settings
-from service.builtins.bash import BashOptions
+from service.builtins.bash import BashOptions, remove_workspace
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
@@ -184,6 +185,7 @@ class App:
                 replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
             journal=state.RUN_JOURNALS[settings.run_journal](options),
+            chat_cleaners=[functools.partial(remove_workspace, settings.bash_working_dir)],
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
@@ -205,6 +207,7 @@ class App:
         self._watch: asyncio.Task[None] | None = None
         self._tools_watch: asyncio.Task[None] | None = None
         self._skills_watch: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
 
     def _image_input(self, provider: str) -> bool:
         configured = self.settings.providers.get(provider)
@@ -246,6 +249,18 @@ class App:
         await self.grpc.start()
         if self.settings.http_enabled:
             await self._start_http()
+        if self.settings.chat_ttl_s:
+            self._sweep = asyncio.create_task(self._sweep_chats(), name="chat-sweep")
+
+    async def _sweep_chats(self) -> None:
+        """Delete the chats unchanged for `chat_ttl_s`, now and every sweep interval."""
+        settings = self.settings
+        while True:
+            try:
+                await self.frontdoor.expire_chats(settings.chat_ttl_s)
+            except Exception:
+                log.exception("the sweep of expired chats failed; trying again later")
+            await asyncio.sleep(settings.chat_sweep_interval_s)
 
     async def _start_http(self) -> None:
         """The HTTP/SSE adapter and web page, calling this process's gRPC server by default."""
@@ -280,6 +295,10 @@ class App:
 
     async def stop(self) -> None:
         """Drain runs within the grace period, then close everything."""
+        if self._sweep is not None:  # before the stores it deletes from are closed
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweep
         await self.grpc.stop(self.settings.shutdown_grace_s)
         await self.frontdoor.close()
         if self.http is not None:  # after the drain, so SSE streams got their terminal events

@@ -244,6 +244,10 @@ class Settings(BaseSettings):
     run_retention_s: float = 60.0  # ended runs stay in memory for re-attach this long
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024
+    # Chats unchanged this long are deleted with everything of them (0: kept for ever), by
+    # a sweep every `chat_sweep_interval_s` (README "Chat lifecycle").
+    chat_ttl_s: float = Field(default=0.0, ge=0)
+    chat_sweep_interval_s: float = Field(default=3600.0, gt=0)
     upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model
 
     # Interaction log of every model call (logged at DEBUG under "agw.llm").

@@ -18,13 +18,14 @@ from __future__ import annotations
 import builtins
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from service.core import events
 from service.core.agents.definition import AgentDefinition
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.history import replay
+from service.core.chats.upkeep import ChatCleaner, ChatUpkeep, Deleted
 from service.core.chats.uploads import Uploads
 from service.core.commands import ChatView, QueryCommand, SubmitCommand, SubmitResult, UploadCommand
 from service.core.errors import (
@@ -56,6 +57,7 @@ log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MAX_NAME_FILTER = 200
 
 
 class FrontDoor:
@@ -74,6 +76,7 @@ class FrontDoor:
         skills: SkillRegistry | None = None,
         options: RunOptions | None = None,
         journal: RunJournal | None = None,
+        chat_cleaners: Sequence[ChatCleaner] = (),
     ) -> None:
         options = options if options is not None else RunOptions()
         self.agents = agents
@@ -89,6 +92,9 @@ class FrontDoor:
         # the state ports, the runs' services and options: held by the lifecycle
         self.lifecycle = RunLifecycle(
             chats, run_log, bus, uploads, self.services, options, MODES, journal
+        )
+        self.upkeep = ChatUpkeep(
+            chats, run_log, bus, uploads.store, journal, self.lifecycle.flush, chat_cleaners
         )
 
     @property
@@ -214,13 +220,44 @@ class FrontDoor:
     # -- chats and uploads -------------------------------------------------------------
 
     async def list_chats(
-        self, page_size: int = 0, page_token: str = "", principal: Principal = ANONYMOUS
+        self,
+        page_size: int = 0,
+        page_token: str = "",
+        principal: Principal = ANONYMOUS,
+        name_contains: str = "",
     ) -> tuple[builtins.list[ChatSummary], str]:
-        """A page of `principal`'s chats, newest first, and the next page's token."""
+        """A page of `principal`'s chats, newest first, and the next page's token; with
+        `name_contains`, only the chats whose name contains it (ignoring case)."""
         if page_size < 0:
             raise InvalidRequest("pageSize must be >= 0")
+        if len(name_contains) > MAX_NAME_FILTER:
+            raise InvalidRequest(f"nameContains may be at most {MAX_NAME_FILTER} characters")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        return await self.lifecycle.chats.page(size, page_token, owner=principal)
+        return await self.lifecycle.chats.page(
+            size, page_token, owner=principal, name_contains=name_contains
+        )
+
+    async def rename_chat(
+        self, chat_id: str, chat_name: str, principal: Principal = ANONYMOUS, request_id: str = ""
+    ) -> tuple[ChatSummary, events.Event]:
+        """Rename `principal`'s chat; its summary and the `chat.update` event recorded."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        return await self.upkeep.rename(chat_id, chat_name, principal, request_id)
+
+    async def delete_chat(
+        self, chat_id: str, principal: Principal = ANONYMOUS, *, cancel_active_run: bool = False
+    ) -> Deleted:
+        """Delete `principal`'s chat and everything of it (see chats/upkeep.py)."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        return await self.upkeep.delete(chat_id, principal, cancel_active_run=cancel_active_run)
+
+    async def expire_chats(self, ttl_s: float) -> builtins.list[str]:
+        """Delete every chat unchanged for `ttl_s` (the sweep of `AGW_CHAT_TTL_S`)."""
+        return await self.upkeep.expire(ttl_s)
 
     async def get_chat(
         self,

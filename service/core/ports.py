@@ -47,9 +47,19 @@ class ChatStore(Protocol):
         ...
 
     async def page(
-        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
-        """`owner`'s chats newest first, `limit` at a time; the page and the next cursor."""
+        """`owner`'s chats newest first, `limit` at a time; the page and the next cursor.
+        With `name_contains`, only the chats whose name contains it (ignoring case)."""
+        ...
+
+    async def expired(self, before: int, limit: int) -> list[ChatSummary]:
+        """At most `limit` chats of any owner last changed before `before` (ms since the
+        epoch), oldest first."""
+        ...
+
+    async def delete(self, chat_id: str) -> bool:
+        """Remove the chat and its records; False when there was no such chat."""
         ...
 
     async def sync(self, chat_id: str) -> None:
@@ -74,6 +84,10 @@ class RunLog(Protocol):
 
     async def load(self, run_id: str) -> list[Event] | None:
         """The run's events, or None when the run was never kept (or expired)."""
+        ...
+
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        """Forget the logs of these runs (a chat deleted); how many were kept."""
         ...
 
     async def close(self) -> None:
@@ -172,6 +186,11 @@ class RunBus(Protocol):
         """The chat's run in progress (not yet ended), with its last seq and open waits."""
         ...
 
+    async def forget_chat(self, chat_id: str, run_ids: Sequence[str]) -> None:
+        """Forget what the bus keeps of a deleted chat: its ended runs `run_ids` (their
+        events, state and waits) and the chat's own marks. None of its runs is running."""
+        ...
+
 
 class RunJournal(Protocol):
     """Where runs' journals are kept while they run (service/core/run/journal.py), so that a
@@ -215,6 +234,11 @@ class UploadStore(Protocol):
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
         """The upload and its content, or None when there is none with that id."""
+        ...
+
+    async def delete_chat(self, chat_id: str) -> int:
+        """Remove the uploads made to chat `chat_id` (their description and content); how
+        many there were."""
         ...
 
     async def close(self) -> None:

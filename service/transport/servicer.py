@@ -170,7 +170,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         self, request: gw.ListChatsRequest, context: Context
     ) -> gw.ListChatsResponse:
         page, cursor = await self.front.list_chats(
-            request.page_size, request.page_token, principal()
+            request.page_size, request.page_token, principal(), request.name_contains
         )
         return gw.ListChatsResponse(
             chats=[codec.chat_summary(c) for c in page], next_page_token=cursor
@@ -185,6 +185,29 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             history=not request.live_run_only,
         )
         return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
+
+    @unary
+    async def RenameChat(
+        self, request: gw.RenameChatRequest, context: Context
+    ) -> gw.RenameChatResponse:
+        summary, event = await self.front.rename_chat(
+            request.chat_id, request.chat_name, principal(), request.request_id
+        )
+        return gw.RenameChatResponse(chat=codec.chat_summary(summary), event=event)
+
+    @unary
+    async def DeleteChat(
+        self, request: gw.DeleteChatRequest, context: Context
+    ) -> gw.DeleteChatResponse:
+        deleted = await self.front.delete_chat(
+            request.chat_id, principal(), cancel_active_run=request.cancel_active_run
+        )
+        return gw.DeleteChatResponse(
+            chat_id=deleted.chat_id,
+            cancelled_run_id=deleted.cancelled_run_id,
+            runs_deleted=deleted.runs,
+            uploads_deleted=deleted.uploads,
+        )
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:

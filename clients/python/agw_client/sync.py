@@ -192,11 +192,40 @@ class Client:
         return response
 
     def list_chats(
-        self, page_size: int = 0, page_token: str = "", *, deadline: float | None = None
+        self,
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        name_contains: str = "",
+        deadline: float | None = None,
     ) -> gw.ListChatsResponse:
-        """One page of chats, newest first."""
-        request = gw.ListChatsRequest(page_size=page_size, page_token=page_token)
+        """One page of chats, newest first (with `name_contains`: those whose name contains
+        it, ignoring case)."""
+        request = gw.ListChatsRequest(
+            page_size=page_size, page_token=page_token, name_contains=name_contains
+        )
         response: gw.ListChatsResponse = self._unary(self.stub.ListChats, request, deadline)
+        return response
+
+    def rename_chat(
+        self, chat_id: str, chat_name: str, *, deadline: float | None = None
+    ) -> gw.RenameChatResponse:
+        """Rename a chat; its `chat.update` event is in the answer and in its history."""
+        request = gw.RenameChatRequest(
+            chat_id=chat_id, chat_name=chat_name, request_id=new_request_id()
+        )
+        response: gw.RenameChatResponse = self._unary(self.stub.RenameChat, request, deadline)
+        return response
+
+    def delete_chat(
+        self, chat_id: str, *, cancel_active_run: bool = False, deadline: float | None = None
+    ) -> gw.DeleteChatResponse:
+        """Delete a chat and everything of it; with `cancel_active_run`, its run in progress
+        is cancelled first (else such a chat is refused: `ChatBusy`)."""
+        request = gw.DeleteChatRequest(
+            chat_id=chat_id, cancel_active_run=cancel_active_run, request_id=new_request_id()
+        )
+        response: gw.DeleteChatResponse = self._unary(self.stub.DeleteChat, request, deadline)
         return response
 
     def iter_chats(self, page_size: int = 0) -> Iterator[gw.ChatSummary]:

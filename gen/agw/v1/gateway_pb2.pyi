@@ -612,19 +612,23 @@ class ListChatsRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    NAME_CONTAINS_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum chats to return; the server's default when 0."""
     page_token: _builtins.str
-    """Token from a previous response's `next_page_token`."""
+    """Token from a previous response's `next_page_token` (of the same `name_contains`)."""
+    name_contains: _builtins.str
+    """Only the chats whose name contains this text, ignoring case (at most 200 characters)."""
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        name_contains: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name_contains", b"name_contains", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -741,6 +745,132 @@ class GetChatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetChatResponse: _TypeAlias = GetChatResponse  # noqa: Y015
+
+@_typing.final
+class RenameChatRequest(_message.Message):
+    """Request of RenameChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CHAT_NAME_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the chat (required)."""
+    chat_name: _builtins.str
+    """The new name: 1-200 characters, not only blanks; kept on one line (blanks collapsed)."""
+    request_id: _builtins.str
+    """The client's id for the request; generated when empty."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        chat_name: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "chat_name", b"chat_name", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameChatRequest: _TypeAlias = RenameChatRequest  # noqa: Y015
+
+@_typing.final
+class RenameChatResponse(_message.Message):
+    """Response of RenameChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def chat(self) -> Global___ChatSummary:
+        """The chat with its new name."""
+
+    @_builtins.property
+    def event(self) -> _events_pb2.Event:
+        """The "chat.update" event recorded in the chat's history."""
+
+    def __init__(
+        self,
+        *,
+        chat: Global___ChatSummary | None = ...,
+        event: _events_pb2.Event | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameChatResponse: _TypeAlias = RenameChatResponse  # noqa: Y015
+
+@_typing.final
+class DeleteChatRequest(_message.Message):
+    """Request of DeleteChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CANCEL_ACTIVE_RUN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the chat (required)."""
+    cancel_active_run: _builtins.bool
+    """Cancel the chat's run in progress, if any, before deleting; unset, such a chat is
+    refused with FAILED_PRECONDITION (reason CHAT_BUSY).
+    """
+    request_id: _builtins.str
+    """The client's id for the request."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        cancel_active_run: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_active_run", b"cancel_active_run", "chat_id", b"chat_id", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteChatRequest: _TypeAlias = DeleteChatRequest  # noqa: Y015
+
+@_typing.final
+class DeleteChatResponse(_message.Message):
+    """Response of DeleteChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CANCELLED_RUN_ID_FIELD_NUMBER: _builtins.int
+    RUNS_DELETED_FIELD_NUMBER: _builtins.int
+    UPLOADS_DELETED_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the deleted chat."""
+    cancelled_run_id: _builtins.str
+    """The run cancelled first (with `cancel_active_run`), if any."""
+    runs_deleted: _builtins.int
+    """How many runs the chat had (their event logs and journal entries are deleted)."""
+    uploads_deleted: _builtins.int
+    """How many uploaded files of the chat were deleted."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        cancelled_run_id: _builtins.str = ...,
+        runs_deleted: _builtins.int = ...,
+        uploads_deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled_run_id", b"cancelled_run_id", "chat_id", b"chat_id", "runs_deleted", b"runs_deleted", "uploads_deleted", b"uploads_deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteChatResponse: _TypeAlias = DeleteChatResponse  # noqa: Y015
 
 @_typing.final
 class LiveRun(_message.Message):

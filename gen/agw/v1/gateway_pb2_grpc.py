@@ -76,6 +76,16 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.GetChatRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.GetChatResponse.FromString,
                 _registered_method=True)
+        self.RenameChat = channel.unary_unary(
+                '/agw.v1.AgentGateway/RenameChat',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.RenameChatRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.RenameChatResponse.FromString,
+                _registered_method=True)
+        self.DeleteChat = channel.unary_unary(
+                '/agw.v1.AgentGateway/DeleteChat',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
+                _registered_method=True)
         self.Upload = channel.unary_unary(
                 '/agw.v1.AgentGateway/Upload',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
@@ -148,6 +158,25 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenameChat(self, request, context):
+        """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+        is returned; ListChats and GetChat show the new name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteChat(self, request, context):
+        """Deletes a chat and everything of it: its records, the event logs of its runs, the
+        files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+        keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+        reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+        (it ends with `run.cancel`, reason "chat_deleted").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Upload(self, request, context):
         """Stores a file that a later query can reference.
         """
@@ -197,6 +226,16 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.GetChat,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.GetChatRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.GetChatResponse.SerializeToString,
+            ),
+            'RenameChat': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenameChat,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.RenameChatRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.RenameChatResponse.SerializeToString,
+            ),
+            'DeleteChat': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteChat,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.SerializeToString,
             ),
             'Upload': grpc.unary_unary_rpc_method_handler(
                     servicer.Upload,
@@ -421,6 +460,60 @@ class AgentGateway:
             '/agw.v1.AgentGateway/GetChat',
             agw_dot_v1_dot_gateway__pb2.GetChatRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.GetChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenameChat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/RenameChat',
+            agw_dot_v1_dot_gateway__pb2.RenameChatRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.RenameChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteChat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/DeleteChat',
+            agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,17 @@ class AgentGatewayStub:
     """Lists chats, newest first."""
     GetChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]
     """Returns a chat's history as replayable events."""
+    RenameChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RenameChatRequest, _gateway_pb2.RenameChatResponse]
+    """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+    is returned; ListChats and GetChat show the new name.
+    """
+    DeleteChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeleteChatRequest, _gateway_pb2.DeleteChatResponse]
+    """Deletes a chat and everything of it: its records, the event logs of its runs, the
+    files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+    keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+    reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+    (it ends with `run.cancel`, reason "chat_deleted").
+    """
     Upload: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]
     """Stores a file that a later query can reference."""
 
@@ -95,6 +106,17 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Lists chats, newest first."""
     GetChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]  # type: ignore[assignment]
     """Returns a chat's history as replayable events."""
+    RenameChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RenameChatRequest, _gateway_pb2.RenameChatResponse]  # type: ignore[assignment]
+    """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+    is returned; ListChats and GetChat show the new name.
+    """
+    DeleteChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeleteChatRequest, _gateway_pb2.DeleteChatResponse]  # type: ignore[assignment]
+    """Deletes a chat and everything of it: its records, the event logs of its runs, the
+    files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+    keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+    reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+    (it ends with `run.cancel`, reason "chat_deleted").
+    """
     Upload: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]  # type: ignore[assignment]
     """Stores a file that a later query can reference."""
 
@@ -172,6 +194,29 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.GetChatResponse, _abc.Awaitable[_gateway_pb2.GetChatResponse]]:
         """Returns a chat's history as replayable events."""
+
+    @_abc_1.abstractmethod
+    def RenameChat(
+        self,
+        request: _gateway_pb2.RenameChatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RenameChatResponse, _abc.Awaitable[_gateway_pb2.RenameChatResponse]]:
+        """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+        is returned; ListChats and GetChat show the new name.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteChat(
+        self,
+        request: _gateway_pb2.DeleteChatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteChatResponse, _abc.Awaitable[_gateway_pb2.DeleteChatResponse]]:
+        """Deletes a chat and everything of it: its records, the event logs of its runs, the
+        files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+        keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+        reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+        (it ends with `run.cancel`, reason "chat_deleted").
+        """
 
     @_abc_1.abstractmethod
     def Upload(
