@@ -62,6 +62,8 @@ def hints(service: FuzzService) -> Hints:
         "id": ids.values("uploads"),
         "after_seq": st.integers(0, 12),
         "page_token": st.just("") | strings(),
+        "chat_name": st.sampled_from(["Renamed", "", "  ", "x" * 201]) | strings(),
+        "name_contains": st.sampled_from(["", "hi", "HI", "%", "_"]) | strings(),
     }
 
 

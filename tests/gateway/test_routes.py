@@ -80,6 +80,8 @@ def test_agent_gateway_routes_are_those_of_the_proto() -> None:
         ("GetAgent", "GET", "/api/agent", ""),
         ("ListChats", "GET", "/api/chats", ""),
         ("GetChat", "GET", "/api/chat", ""),
+        ("RenameChat", "PATCH", "/api/chats/{chat_id}", "*"),
+        ("DeleteChat", "DELETE", "/api/chats/{chat_id}", ""),
         ("Upload", "POST", "/api/upload", "*"),
     }
     assert {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming} == {"Query", "Attach"}

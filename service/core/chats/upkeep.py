@@ -86,13 +86,12 @@ class ChatUpkeep:
                 f"chatName is {len(name)} characters; at most {MAX_CHAT_NAME} are allowed"
             )
         summary = await self._owned(chat_id, principal)
+        previous = summary.chat_name  # (a store's summary may change with the append)
         request_id = request_id or str(uuid.uuid4())
         now = time.time_ns() // 1_000_000
-        record = update_record(chat_id, now, name, summary.chat_name, request_id)
+        record = update_record(chat_id, now, name, previous, request_id)
         await self.chats.append(chat_id, [record])
-        event = events.chat_update(
-            name, request_id=request_id, previous_chat_name=summary.chat_name
-        )
+        event = events.chat_update(name, request_id=request_id, previous_chat_name=previous)
         event.seq, event.type, event.timestamp, event.chat_id = 1, "chat.update", now, chat_id
         renamed = await self.chats.summary(chat_id)
         return renamed if renamed is not None else summary, event
