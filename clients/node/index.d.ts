@@ -159,11 +159,11 @@ export type ErrorReason =
   | 'INTERNAL' | 'INVALID_REQUEST'
   | 'NOT_FOUND' | 'AGENT_NOT_FOUND' | 'CHAT_NOT_FOUND' | 'RUN_NOT_FOUND' | 'TOOL_NOT_FOUND'
   | 'CONFLICT' | 'CHAT_BUSY' | 'PROVIDER_NOT_CONFIGURED'
-  | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED'
+  | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED' | 'QUOTA_EXCEEDED'
   | 'SHUTTING_DOWN' | 'PROVIDER_ERROR' | 'PROVIDER_STREAM_ERROR' | 'PROVIDER_TIMEOUT'
   | 'OWNER_LOST' | 'BUS_UNAVAILABLE' | 'RUN_HANDED_OVER'
   | 'STORE_FAILED' | 'SANDBOX_UNAVAILABLE'
-  | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED' | 'UNAUTHENTICATED';
+  | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED' | 'UNAUTHENTICATED' | 'PERMISSION_DENIED';
 
 export class AgwError extends Error {
   constructor(
@@ -192,6 +192,8 @@ export class ProviderNotConfigured extends AgwError { static status: number }
 export class Overloaded extends AgwError { static status: number }
 export class PayloadTooLarge extends AgwError { static status: number }
 export class BudgetExhausted extends AgwError { static status: number }
+/** A quota of the caller's tenant or API key is used up; retry after `retryAfter` seconds. */
+export class QuotaExceeded extends AgwError { static status: number; readonly retryAfter?: number }
 export class ShuttingDown extends AgwError { static status: number }
 export class ProviderError extends AgwError { static status: number }
 export class ProviderTimeout extends AgwError { static status: number }

@@ -146,6 +146,15 @@ class ProviderNotConfigured extends AgwError { static status = grpc.status.FAILE
 class Overloaded extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
 /** RESOURCE_EXHAUSTED: a payload or upload exceeds its configured limit. */
 class PayloadTooLarge extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
+/** RESOURCE_EXHAUSTED: the caller's tenant or API key used up a quota; `retryAfter` is
+ *  how many seconds to wait (from `metadata.retry_after_s`). */
+class QuotaExceeded extends AgwError {
+  static status = grpc.status.RESOURCE_EXHAUSTED;
+  get retryAfter() {
+    const seconds = Number(this.metadata.retry_after_s);
+    return Number.isFinite(seconds) ? seconds : undefined;
+  }
+}
 /** RESOURCE_EXHAUSTED: a run used up one of its budgets (in a run: RunFailed). */
 class BudgetExhausted extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
 /** UNAVAILABLE: the gateway is draining; retry on another instance. */
@@ -175,6 +184,7 @@ const ERROR_CLASSES = Object.freeze({
   OVERLOADED: Overloaded,
   PAYLOAD_TOO_LARGE: PayloadTooLarge,
   BUDGET_EXHAUSTED: BudgetExhausted,
+  QUOTA_EXCEEDED: QuotaExceeded,
   SHUTTING_DOWN: ShuttingDown,
   PROVIDER_ERROR: ProviderError,
   PROVIDER_STREAM_ERROR: ProviderError,
@@ -429,6 +439,7 @@ module.exports = {
   Overloaded,
   PayloadTooLarge,
   BudgetExhausted,
+  QuotaExceeded,
   ShuttingDown,
   ProviderError,
   ProviderTimeout,
