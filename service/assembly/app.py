@@ -12,7 +12,12 @@ from typing import Any
 
 from service import state
 from service.assembly import security
-from service.assembly.config import McpServerSettings, ProviderSettings, Settings
+from service.assembly.config import (
+    McpServerSettings,
+    ProviderSettings,
+    QuotaSettings,
+    Settings,
+)
 from service.builtins.bash import BashOptions, remove_workspace
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
@@ -23,6 +28,7 @@ from service.core.frontdoor import FrontDoor
 from service.core.lifecycle import RunOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
+from service.core.quotas import Limits, QuotaOptions, Quotas
 from service.core.run.observation import Price
 from service.core.run.state import Pricing
 from service.core.tools.registry import ToolRegistry
@@ -51,6 +57,32 @@ def pricing(settings: Settings) -> Pricing:
         return price.cost(usage) if price is not None else None
 
     return cost
+
+
+def limits(quota: QuotaSettings) -> Limits:
+    return Limits(
+        concurrent_runs=quota.concurrent_runs,
+        requests_per_minute=quota.requests_per_minute,
+        tokens_per_day=quota.tokens_per_day,
+        spend_per_month=quota.spend_per_month,
+    )
+
+
+def quotas(settings: Settings, options: state.StateOptions) -> Quotas:
+    """The quotas of the tenants and API keys, counted in Redis when the run bus is, and the
+    spend ledger."""
+    keys = {
+        key.name or key.subject: limits(key.quota)
+        for key in settings.auth_api_keys
+        if key.quota is not None
+    }
+    tenants = {tenant: limits(quota) for tenant, quota in settings.tenant_quotas.items()}
+    counters = state.QUOTA_COUNTERS["redis" if settings.run_bus == "redis" else "local"]
+    return Quotas(
+        counters(options),
+        state.SPEND_LEDGERS[settings.spend_ledger_name](options),
+        QuotaOptions(tenants, keys, slot_ttl_s=settings.quota_slot_ttl_s),
+    )
 
 
 def provider_options(provider: ProviderSettings) -> ProviderOptions:
@@ -186,6 +218,7 @@ class App:
             ),
             journal=state.RUN_JOURNALS[settings.run_journal](options),
             chat_cleaners=[functools.partial(remove_workspace, settings.bash_working_dir)],
+            quotas=quotas(settings, options),
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)

@@ -66,12 +66,24 @@ class ModelPrice(BaseModel):
     cached_input_per_million: float | None = None  # default: the input price
 
 
+class QuotaSettings(BaseModel):
+    """Limits of a tenant or an API key (README "Quotas and spend"); unset: no limit."""
+
+    concurrent_runs: int | None = Field(default=None, ge=0)
+    requests_per_minute: int | None = Field(default=None, ge=0)  # queries started
+    tokens_per_day: int | None = Field(default=None, ge=0)  # prompt + completion, UTC days
+    spend_per_month: float | None = Field(default=None, ge=0)  # in `currency`, UTC months
+
+
 class ApiKeySettings(BaseModel):
     """One accepted API key and whom it stands for."""
 
     key: SecretStr = Field(description="the key in clear, or 'sha256:<hex digest>'")
     tenant: str = "default"
     subject: str
+    name: str = ""  # the key's name in quotas and the spend ledger; default: its subject
+    roles: list[str] = Field(default_factory=list)  # e.g. ["admin"] (README "Roles")
+    quota: QuotaSettings | None = None  # the key's own limits, besides its tenant's
 
 
 class McpServerSettings(BaseModel):
@@ -163,6 +175,7 @@ class Settings(BaseSettings):
     auth_jwt_issuer: str = ""
     auth_jwt_audience: str = ""
     auth_jwt_tenant_claim: str = "tenant"  # the claim naming the tenant; `sub` is the subject
+    auth_jwt_roles_claim: str = "roles"  # the claim naming the caller's roles ("admin", ...)
     allow_unauthenticated: bool = False  # serve a non-loopback address with no credentials
     tls_cert_file: Path | None = None  # PEM certificate chain: serve gRPC and HTTP over TLS
     tls_key_file: Path | None = None
@@ -244,6 +257,13 @@ class Settings(BaseSettings):
     run_retention_s: float = 60.0  # ended runs stay in memory for re-attach this long
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024
+    # Quotas (README "Quotas and spend"): limits by tenant ("*": any tenant not named), as
+    # JSON in AGW_TENANT_QUOTAS; an API key's own are its `quota`. Counted in Redis when the
+    # run bus is (replicas share them), else in process. The spend ledger is kept in
+    # `spend_ledger`: unset, `postgres` when chat_store is `postgres`, else `files`.
+    tenant_quotas: dict[str, QuotaSettings] = Field(default_factory=dict)
+    quota_slot_ttl_s: float = Field(default=60.0, gt=0)
+    spend_ledger: Literal["files", "memory", "postgres"] | None = None
     # Chats unchanged this long are deleted with everything of them (0: kept for ever), by
     # a sweep every `chat_sweep_interval_s` (README "Chat lifecycle").
     chat_ttl_s: float = Field(default=0.0, ge=0)
@@ -309,6 +329,13 @@ class Settings(BaseSettings):
     @property
     def uploads_path(self) -> Path:
         return self.uploads_dir or self.data_dir / "uploads"
+
+    @property
+    def spend_ledger_name(self) -> str:
+        """The spend ledger in use: the one set, else the one the chat store implies."""
+        if self.spend_ledger is not None:
+            return self.spend_ledger
+        return "postgres" if self.chat_store == "postgres" else "files"
 
     @property
     def upload_store_name(self) -> str:

@@ -16,7 +16,10 @@ it runs, for `retention_s` after it ended from memory, then from the run log.
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import datetime
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 
@@ -33,9 +36,11 @@ from service.core.errors import (
     ChatNotFound,
     InvalidRequest,
     PayloadTooLarge,
+    PermissionDenied,
     RunNotFound,
 )
 from service.core.ids import (
+    ADMIN,
     ANONYMOUS,
     Principal,
     check_chat_id,
@@ -46,18 +51,30 @@ from service.core.lifecycle import RunLifecycle, RunOptions
 from service.core.model import ModelRouter
 from service.core.modes import MODES
 from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
+from service.core.quotas import Quotas
 from service.core.run.binding import bind_stages
 from service.core.run.context import RunServices
 from service.core.run.state import RunState
 from service.core.run.subagents import Subagents
 from service.core.tools.registry import ToolRegistry
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, SpendEntry, StoredUpload
 
 log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_NAME_FILTER = 200
+MAX_SPEND_DAYS = 366
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+
+
+def _day(text: str, name: str) -> datetime.date:
+    try:
+        if _DAY.match(text):
+            return datetime.date.fromisoformat(text)
+    except ValueError:
+        pass
+    raise InvalidRequest(f"{name} must be a day as YYYY-MM-DD, not {shorten(text)!r}")
 
 
 class FrontDoor:
@@ -77,8 +94,12 @@ class FrontDoor:
         options: RunOptions | None = None,
         journal: RunJournal | None = None,
         chat_cleaners: Sequence[ChatCleaner] = (),
+        quotas: Quotas | None = None,
     ) -> None:
         options = options if options is not None else RunOptions()
+        self.quotas = quotas
+        if quotas is not None:  # it sees every run's model calls, as a middleware
+            options = dataclasses.replace(options, middlewares=(*options.middlewares, quotas))
         self.agents = agents
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
@@ -139,7 +160,16 @@ class FrontDoor:
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
-        return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        if self.quotas is None:
+            return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        admission = await self.quotas.admit(command.principal)
+        try:
+            run = await self.lifecycle.start(command, agent, mode, models, chat_id)
+        except BaseException:
+            await self.quotas.release(admission)
+            raise
+        self.quotas.bind(admission, run)
+        return run
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""
@@ -321,6 +351,30 @@ class FrontDoor:
             owner=command.principal,
         )
 
+    # -- spend -------------------------------------------------------------------------
+
+    async def spend(
+        self, principal: Principal, tenant: str = "", first_day: str = "", last_day: str = ""
+    ) -> tuple[builtins.list[SpendEntry], str, str]:
+        """The spend ledger's rows of `tenant` (the caller's own when empty; another, or "*"
+        for all, needs "admin") between two UTC days (this month so far by default)."""
+        if tenant and tenant != principal.tenant and not principal.has(ADMIN):
+            raise PermissionDenied(
+                f"reading another tenant's spend needs the role {ADMIN!r}", role=ADMIN
+            )
+        today = datetime.datetime.now(datetime.UTC).date()
+        first = _day(first_day, "firstDay") if first_day else today.replace(day=1)
+        last = _day(last_day, "lastDay") if last_day else today
+        if last < first or (last - first).days > MAX_SPEND_DAYS:
+            raise InvalidRequest(f"lastDay must be from firstDay to {MAX_SPEND_DAYS} days after it")
+        wanted = None if tenant == "*" else tenant or principal.tenant
+        rows = (
+            []
+            if self.quotas is None
+            else await self.quotas.spend(wanted, first.isoformat(), last.isoformat())
+        )
+        return rows, first.isoformat(), last.isoformat()
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -331,6 +385,8 @@ class FrontDoor:
         await self.lifecycle.bus.open()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.open()
+        if self.quotas is not None:
+            await self.quotas.open()
 
     async def resume(self, reason: str = "restart") -> list[RunState]:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
@@ -346,6 +402,8 @@ class FrontDoor:
         await self.lifecycle.bus.close()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.close()
+        if self.quotas is not None:
+            await self.quotas.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""

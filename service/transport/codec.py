@@ -33,7 +33,7 @@ from service.core.commands import (
 )
 from service.core.errors import InvalidRequest
 from service.core.ids import ANONYMOUS, Principal
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, SpendEntry, StoredUpload
 
 STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_REJECT: "reject",
@@ -236,6 +236,20 @@ def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatRe
             )
         )
     return response
+
+
+def spend_row(entry: SpendEntry) -> gw.SpendRow:
+    return gw.SpendRow(
+        day=entry.day,
+        tenant=entry.tenant,
+        api_key=entry.key,
+        agent_key=entry.agent_key,
+        model=entry.model,
+        calls=entry.calls,
+        prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens,
+        cost=entry.cost,
+    )
 
 
 #: The wire value of each kind of wait.

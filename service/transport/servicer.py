@@ -210,6 +210,18 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         )
 
     @unary
+    async def GetSpend(self, request: gw.GetSpendRequest, context: Context) -> gw.GetSpendResponse:
+        rows, first, last = await self.front.spend(
+            principal(), request.tenant, request.first_day, request.last_day
+        )
+        return gw.GetSpendResponse(
+            rows=[codec.spend_row(row) for row in rows],
+            currency=self.front.lifecycle.options.currency,
+            first_day=first,
+            last_day=last,
+        )
+
+    @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:
         command = codec.upload_command(request, principal())
         return codec.upload_response(await self.front.upload(command), command)

@@ -64,6 +64,9 @@ def hints(service: FuzzService) -> Hints:
         "page_token": st.just("") | strings(),
         "chat_name": st.sampled_from(["Renamed", "", "  ", "x" * 201]) | strings(),
         "name_contains": st.sampled_from(["", "hi", "HI", "%", "_"]) | strings(),
+        "tenant": st.sampled_from(["", "*", "acme", "other"]) | strings(),
+        "first_day": st.sampled_from(["", "2026-01-01", "2026-02-30", "1-1-1"]) | strings(),
+        "last_day": st.sampled_from(["", "2026-12-31", "9999-12-31"]) | strings(),
     }
 
 

@@ -82,6 +82,7 @@ def test_agent_gateway_routes_are_those_of_the_proto() -> None:
         ("GetChat", "GET", "/api/chat", ""),
         ("RenameChat", "PATCH", "/api/chats/{chat_id}", "*"),
         ("DeleteChat", "DELETE", "/api/chats/{chat_id}", ""),
+        ("GetSpend", "GET", "/api/spend", ""),
         ("Upload", "POST", "/api/upload", "*"),
     }
     assert {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming} == {"Query", "Attach"}

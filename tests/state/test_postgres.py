@@ -51,7 +51,7 @@ async def tables(dsn: str) -> list[str]:
 # -- migrations ------------------------------------------------------------------------
 
 #: The versions of the migrations shipped, in order.
-SHIPPED = [1, 2, 3, 10]
+SHIPPED = [1, 2, 3, 10, 11]
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
@@ -74,6 +74,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         "chats",
         "run_logs",
         "schema_migrations",
+        "spend_ledger",
         "uploads",
     ]
 
@@ -93,6 +94,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (2, "uploads"),
             (3, "drop_run_registry"),
             (10, "chat_lifecycle"),
+            (11, "spend_ledger"),
         ]
     finally:
         for connection in connections:

@@ -254,6 +254,20 @@ class Client:
         response: gw.GetChatResponse = self._unary(self.stub.GetChat, request, deadline)
         return response
 
+    def get_spend(
+        self,
+        *,
+        tenant: str = "",
+        first_day: str = "",
+        last_day: str = "",
+        deadline: float | None = None,
+    ) -> gw.GetSpendResponse:
+        """What runs used (calls, tokens, cost) by day, tenant, API key, agent and model: the
+        caller's tenant, or (role "admin") `tenant`, "*" for all; this month by default."""
+        request = gw.GetSpendRequest(tenant=tenant, first_day=first_day, last_day=last_day)
+        response: gw.GetSpendResponse = self._unary(self.stub.GetSpend, request, deadline)
+        return response
+
     def upload(
         self,
         name: str,

@@ -943,6 +943,130 @@ class PendingWait(_message.Message):
 Global___PendingWait: _TypeAlias = PendingWait  # noqa: Y015
 
 @_typing.final
+class GetSpendRequest(_message.Message):
+    """Request of GetSpend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    FIRST_DAY_FIELD_NUMBER: _builtins.int
+    LAST_DAY_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant to read: empty for the caller's own; another tenant, or "*" for every
+    tenant, needs the role "admin".
+    """
+    first_day: _builtins.str
+    """The first UTC day, "YYYY-MM-DD" (included); the first day of this month when empty."""
+    last_day: _builtins.str
+    """The last UTC day, "YYYY-MM-DD" (included; at most 366 days after the first); today
+    when empty.
+    """
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        first_day: _builtins.str = ...,
+        last_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_day", b"first_day", "last_day", b"last_day", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSpendRequest: _TypeAlias = GetSpendRequest  # noqa: Y015
+
+@_typing.final
+class SpendRow(_message.Message):
+    """What the model calls of one UTC day, tenant, API key, agent and model used."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAY_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    API_KEY_FIELD_NUMBER: _builtins.int
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    day: _builtins.str
+    """The UTC day, "YYYY-MM-DD"."""
+    tenant: _builtins.str
+    """The tenant of the runs' callers."""
+    api_key: _builtins.str
+    """The name of the callers' API key; empty for a bearer token or no authentication."""
+    agent_key: _builtins.str
+    """The agent that ran."""
+    model: _builtins.str
+    """The model called."""
+    calls: _builtins.int
+    """Model calls."""
+    prompt_tokens: _builtins.int
+    """Prompt tokens, as the provider reported them."""
+    completion_tokens: _builtins.int
+    """Completion tokens, as the provider reported them."""
+    cost: _builtins.float
+    """Cost in `currency`, by the price table (0 for a model without a price)."""
+    def __init__(
+        self,
+        *,
+        day: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        api_key: _builtins.str = ...,
+        agent_key: _builtins.str = ...,
+        model: _builtins.str = ...,
+        calls: _builtins.int = ...,
+        prompt_tokens: _builtins.int = ...,
+        completion_tokens: _builtins.int = ...,
+        cost: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "api_key", b"api_key", "calls", b"calls", "completion_tokens", b"completion_tokens", "cost", b"cost", "day", b"day", "model", b"model", "prompt_tokens", b"prompt_tokens", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpendRow: _TypeAlias = SpendRow  # noqa: Y015
+
+@_typing.final
+class GetSpendResponse(_message.Message):
+    """Response of GetSpend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    CURRENCY_FIELD_NUMBER: _builtins.int
+    FIRST_DAY_FIELD_NUMBER: _builtins.int
+    LAST_DAY_FIELD_NUMBER: _builtins.int
+    currency: _builtins.str
+    """The currency of the costs (the price table's)."""
+    first_day: _builtins.str
+    """The first day read."""
+    last_day: _builtins.str
+    """The last day read."""
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpendRow]:
+        """The rows, by day, tenant, API key, agent and model."""
+
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[Global___SpendRow] | None = ...,
+        currency: _builtins.str = ...,
+        first_day: _builtins.str = ...,
+        last_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["currency", b"currency", "first_day", b"first_day", "last_day", b"last_day", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSpendResponse: _TypeAlias = GetSpendResponse  # noqa: Y015
+
+@_typing.final
 class UploadRequest(_message.Message):
     """Request of Upload."""
 

@@ -86,6 +86,11 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
                 _registered_method=True)
+        self.GetSpend = channel.unary_unary(
+                '/agw.v1.AgentGateway/GetSpend',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.GetSpendRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.GetSpendResponse.FromString,
+                _registered_method=True)
         self.Upload = channel.unary_unary(
                 '/agw.v1.AgentGateway/Upload',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
@@ -177,6 +182,14 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSpend(self, request, context):
+        """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+        agent and model: the caller's own tenant, or (role "admin") any tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Upload(self, request, context):
         """Stores a file that a later query can reference.
         """
@@ -236,6 +249,11 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.DeleteChat,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.SerializeToString,
+            ),
+            'GetSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSpend,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.GetSpendRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.GetSpendResponse.SerializeToString,
             ),
             'Upload': grpc.unary_unary_rpc_method_handler(
                     servicer.Upload,
@@ -514,6 +532,33 @@ class AgentGateway:
             '/agw.v1.AgentGateway/DeleteChat',
             agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/GetSpend',
+            agw_dot_v1_dot_gateway__pb2.GetSpendRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.GetSpendResponse.FromString,
             options,
             channel_credentials,
             insecure,

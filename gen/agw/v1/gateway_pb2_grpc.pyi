@@ -74,6 +74,10 @@ class AgentGatewayStub:
     reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
     (it ends with `run.cancel`, reason "chat_deleted").
     """
+    GetSpend: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]
+    """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+    agent and model: the caller's own tenant, or (role "admin") any tenant.
+    """
     Upload: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]
     """Stores a file that a later query can reference."""
 
@@ -116,6 +120,10 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
     reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
     (it ends with `run.cancel`, reason "chat_deleted").
+    """
+    GetSpend: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]  # type: ignore[assignment]
+    """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+    agent and model: the caller's own tenant, or (role "admin") any tenant.
     """
     Upload: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]  # type: ignore[assignment]
     """Stores a file that a later query can reference."""
@@ -216,6 +224,16 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
         reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
         (it ends with `run.cancel`, reason "chat_deleted").
+        """
+
+    @_abc_1.abstractmethod
+    def GetSpend(
+        self,
+        request: _gateway_pb2.GetSpendRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.GetSpendResponse, _abc.Awaitable[_gateway_pb2.GetSpendResponse]]:
+        """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+        agent and model: the caller's own tenant, or (role "admin") any tenant.
         """
 
     @_abc_1.abstractmethod
