@@ -219,6 +219,8 @@ class App:
             journal=state.RUN_JOURNALS[settings.run_journal](options),
             chat_cleaners=[functools.partial(remove_workspace, settings.bash_working_dir)],
             quotas=quotas(settings, options),
+            agent_store=state.AGENT_STORES[settings.agent_store](options),
+            agent_store_poll_s=settings.agent_store_poll_s,
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
@@ -257,6 +259,8 @@ class App:
             self.settings.agents_dir,
             len(self.agents.errors),
         )
+        if self.settings.agent_store_seed:
+            await self.frontdoor.catalog.seed()
         self.skills.load_all()
         log.info(
             "loaded %d skills from %s (%d broken)",

@@ -183,6 +183,14 @@ class Settings(BaseSettings):
     # Agents
     agents_dir: Path = Path("agents")
     agents_watch: bool = True
+    # The agent store (README "Agents in the database"): `files` (agents come from the
+    # directory alone), `memory` or `postgres` (created, updated and rolled back through
+    # calls, with versions, served by every replica; polled every agent_store_poll_s besides
+    # PostgreSQL's notifications). With `agent_store_seed`, the directory's agents that the
+    # store lacks are written to it at start-up.
+    agent_store: Literal["files", "memory", "postgres"] = "files"
+    agent_store_seed: bool = False
+    agent_store_poll_s: float = Field(default=5.0, gt=0)
     # Skills: one folder per skill with its SKILL.md, watched like the agents
     skills_dir: Path = Path("skills")
 

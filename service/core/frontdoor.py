@@ -24,9 +24,11 @@ import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from service.core import events
+from service.core.agents.catalog import AgentCatalog
 from service.core.agents.definition import AgentDefinition
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
+from service.core.agents.store import AgentStore
 from service.core.chats.history import replay
 from service.core.chats.upkeep import ChatCleaner, ChatUpkeep, Deleted
 from service.core.chats.uploads import Uploads
@@ -95,12 +97,16 @@ class FrontDoor:
         journal: RunJournal | None = None,
         chat_cleaners: Sequence[ChatCleaner] = (),
         quotas: Quotas | None = None,
+        agent_store: AgentStore | None = None,
+        agent_store_poll_s: float = 5.0,
     ) -> None:
         options = options if options is not None else RunOptions()
         self.quotas = quotas
         if quotas is not None:  # it sees every run's model calls, as a middleware
             options = dataclasses.replace(options, middlewares=(*options.middlewares, quotas))
         self.agents = agents
+        # agents created, updated and rolled back through calls, served in the registry
+        self.catalog = AgentCatalog(agents, agent_store, poll_s=agent_store_poll_s)
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -387,6 +393,7 @@ class FrontDoor:
             await self.lifecycle.journal.open()
         if self.quotas is not None:
             await self.quotas.open()
+        await self.catalog.open()
 
     async def resume(self, reason: str = "restart") -> list[RunState]:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
@@ -404,6 +411,7 @@ class FrontDoor:
             await self.lifecycle.journal.close()
         if self.quotas is not None:
             await self.quotas.close()
+        await self.catalog.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""

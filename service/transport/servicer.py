@@ -152,13 +152,55 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def ListAgents(
         self, request: gw.ListAgentsRequest, context: Context
     ) -> gw.ListAgentsResponse:
+        version = self.front.agents.version_of
         return gw.ListAgentsResponse(
-            agents=[codec.agent_message(a) for a in self.front.list_agents()]
+            agents=[codec.agent_message(a, version(a.key)) for a in self.front.list_agents()]
         )
 
     @unary
     async def GetAgent(self, request: gw.GetAgentRequest, context: Context) -> gw.GetAgentResponse:
-        return codec.agent_response(self.front.get_agent(request.agent_key))
+        agent = self.front.get_agent(request.agent_key)
+        return codec.agent_response(agent, self.front.agents.version_of(agent.key))
+
+    @unary
+    async def CreateAgent(
+        self, request: gw.CreateAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        catalog = self.front.catalog
+        definition = catalog.definition_of(codec.definition_of(request), request.definition_text)
+        stored = await catalog.create(principal(), request.agent_key, definition, request.comment)
+        return codec.agent_version(stored)
+
+    @unary
+    async def UpdateAgent(
+        self, request: gw.UpdateAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        catalog = self.front.catalog
+        definition = catalog.definition_of(codec.definition_of(request), request.definition_text)
+        stored = await catalog.update(
+            principal(), request.agent_key, definition, request.expected_version, request.comment
+        )
+        return codec.agent_version(stored)
+
+    @unary
+    async def RollbackAgent(
+        self, request: gw.RollbackAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        stored = await self.front.catalog.rollback(
+            principal(),
+            request.agent_key,
+            request.version,
+            request.expected_version,
+            request.comment,
+        )
+        return codec.agent_version(stored)
+
+    @unary
+    async def ListAgentVersions(
+        self, request: gw.ListAgentVersionsRequest, context: Context
+    ) -> gw.ListAgentVersionsResponse:
+        versions = await self.front.catalog.versions(principal(), request.agent_key)
+        return gw.ListAgentVersionsResponse(versions=[codec.agent_version(v) for v in versions])
 
     @unary
     async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:

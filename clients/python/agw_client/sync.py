@@ -24,7 +24,7 @@ from agw.v1 import gateway_pb2_grpc
 
 from agw_client.errors import from_rpc_error
 from agw_client.fold import RunFolder, RunResult
-from agw_client.messages import new_request_id, query_request, to_value
+from agw_client.messages import new_request_id, query_request, set_definition, to_value
 from agw_client.options import ClientOptions, call_kwargs, resolve_options
 
 
@@ -191,6 +191,64 @@ class Client:
         response: gw.GetAgentResponse = self._unary(self.stub.GetAgent, request, deadline)
         return response
 
+    # The agent store (role "admin")
+
+    def create_agent(
+        self,
+        agent_key: str,
+        definition: dict[str, Any] | str,
+        *,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """Version 1 of an agent in the agent store: `definition` as JSON data, or as the
+        text of an agent file."""
+        request = gw.CreateAgentRequest(agent_key=agent_key, comment=comment)
+        set_definition(request, definition)
+        response: gw.AgentVersion = self._unary(self.stub.CreateAgent, request, deadline)
+        return response
+
+    def update_agent(
+        self,
+        agent_key: str,
+        definition: dict[str, Any] | str,
+        *,
+        expected_version: int = 0,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """The next version of a stored agent (`expected_version`: the one it replaces)."""
+        request = gw.UpdateAgentRequest(
+            agent_key=agent_key, expected_version=expected_version, comment=comment
+        )
+        set_definition(request, definition)
+        response: gw.AgentVersion = self._unary(self.stub.UpdateAgent, request, deadline)
+        return response
+
+    def rollback_agent(
+        self,
+        agent_key: str,
+        version: int,
+        *,
+        expected_version: int = 0,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """A new version of a stored agent with the definition of its `version`."""
+        request = gw.RollbackAgentRequest(
+            agent_key=agent_key, version=version, expected_version=expected_version, comment=comment
+        )
+        response: gw.AgentVersion = self._unary(self.stub.RollbackAgent, request, deadline)
+        return response
+
+    def list_agent_versions(
+        self, agent_key: str, *, deadline: float | None = None
+    ) -> list[gw.AgentVersion]:
+        """Every version of a stored agent, newest first."""
+        request = gw.ListAgentVersionsRequest(agent_key=agent_key)
+        response = self._unary(self.stub.ListAgentVersions, request, deadline)
+        return list(response.versions)
+
     def list_chats(
         self,
         page_size: int = 0,
@@ -287,3 +345,4 @@ class Client:
         )
         response: gw.UploadResponse = self._unary(self.stub.Upload, request, deadline)
         return response
+

@@ -150,6 +150,38 @@ AGENT_MODE_PLAN_EXECUTE: AgentMode.ValueType  # 3
 """Plan tasks, execute each, optionally summarize."""
 Global___AgentMode: _TypeAlias = AgentMode  # noqa: Y015
 
+class _AgentChange:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AgentChangeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AgentChange.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    AGENT_CHANGE_UNSPECIFIED: _AgentChange.ValueType  # 0
+    """Not set."""
+    AGENT_CHANGE_CREATED: _AgentChange.ValueType  # 1
+    """CreateAgent."""
+    AGENT_CHANGE_UPDATED: _AgentChange.ValueType  # 2
+    """UpdateAgent."""
+    AGENT_CHANGE_ROLLED_BACK: _AgentChange.ValueType  # 3
+    """RollbackAgent: the definition of `source_version` again."""
+    AGENT_CHANGE_SEEDED: _AgentChange.ValueType  # 4
+    """Written from the agents directory's file (AGW_AGENT_STORE_SEED)."""
+
+class AgentChange(_AgentChange, metaclass=_AgentChangeEnumTypeWrapper):
+    """How a version of a stored agent came to be."""
+
+AGENT_CHANGE_UNSPECIFIED: AgentChange.ValueType  # 0
+"""Not set."""
+AGENT_CHANGE_CREATED: AgentChange.ValueType  # 1
+"""CreateAgent."""
+AGENT_CHANGE_UPDATED: AgentChange.ValueType  # 2
+"""UpdateAgent."""
+AGENT_CHANGE_ROLLED_BACK: AgentChange.ValueType  # 3
+"""RollbackAgent: the definition of `source_version` again."""
+AGENT_CHANGE_SEEDED: AgentChange.ValueType  # 4
+"""Written from the agents directory's file (AGW_AGENT_STORE_SEED)."""
+Global___AgentChange: _TypeAlias = AgentChange  # noqa: Y015
+
 class _WaitKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -426,6 +458,7 @@ class Agent(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     MODES_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Key of the agent (its file name)."""
     name: _builtins.str
@@ -440,6 +473,10 @@ class Agent(_message.Message):
     """Provider key of the default model."""
     model: _builtins.str
     """Default model name."""
+    version: _builtins.int
+    """The agent store's version served (see CreateAgent); 0 when the agent comes from a
+    file of the agents directory.
+    """
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the tools the agent may use, all stages together."""
@@ -460,14 +497,227 @@ class Agent(_message.Message):
         model: _builtins.str = ...,
         tools: _abc.Iterable[_builtins.str] | None = ...,
         modes: _abc.Iterable[Global___AgentMode.ValueType] | None = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class AgentVersion(_message.Message):
+    """One version of an agent of the agent store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    CHANGE_FIELD_NUMBER: _builtins.int
+    SOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the agent."""
+    version: _builtins.int
+    """The version: 1, 2, ... per key; the newest is served."""
+    created_at: _builtins.int
+    """When it was written, ms since the Unix epoch."""
+    created_by: _builtins.str
+    """Who wrote it: "tenant/subject" of the caller."""
+    change: Global___AgentChange.ValueType
+    """How it came to be."""
+    source_version: _builtins.int
+    """For a rollback, the version whose definition it restored; 0 otherwise."""
+    comment: _builtins.str
+    """The writer's note."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The definition, in the agent file's JSON shape, as it was written."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        version: _builtins.int = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        created_at: _builtins.int = ...,
+        created_by: _builtins.str = ...,
+        change: Global___AgentChange.ValueType = ...,
+        source_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "change", b"change", "comment", b"comment", "created_at", b"created_at", "created_by", b"created_by", "definition", b"definition", "source_version", b"source_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentVersion: _TypeAlias = AgentVersion  # noqa: Y015
+
+@_typing.final
+class CreateAgentRequest(_message.Message):
+    """Request of CreateAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    DEFINITION_TEXT_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the new agent (as a file name would be: letters, digits, '_', '.', '-')."""
+    definition_text: _builtins.str
+    """The definition as an agent file's text (multi-line `\"\"\"` prompts allowed); or
+    `definition`.
+    """
+    comment: _builtins.str
+    """A note kept with the version."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The definition as JSON (an agent file's content); or `definition_text`."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        definition_text: _builtins.str = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "definition", b"definition", "definition_text", b"definition_text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAgentRequest: _TypeAlias = CreateAgentRequest  # noqa: Y015
+
+@_typing.final
+class UpdateAgentRequest(_message.Message):
+    """Request of UpdateAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    DEFINITION_TEXT_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    definition_text: _builtins.str
+    """The new definition as an agent file's text; or `definition`."""
+    expected_version: _builtins.int
+    """The version this update replaces: another one being current is FAILED_PRECONDITION
+    (CONFLICT); 0 replaces whatever is current.
+    """
+    comment: _builtins.str
+    """A note kept with the version."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The new definition as JSON; or `definition_text`."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        definition_text: _builtins.str = ...,
+        expected_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "definition", b"definition", "definition_text", b"definition_text", "expected_version", b"expected_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateAgentRequest: _TypeAlias = UpdateAgentRequest  # noqa: Y015
+
+@_typing.final
+class RollbackAgentRequest(_message.Message):
+    """Request of RollbackAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    version: _builtins.int
+    """The version whose definition becomes current again (as a new version)."""
+    expected_version: _builtins.int
+    """As in UpdateAgentRequest: the version this replaces, 0 for whatever is current."""
+    comment: _builtins.str
+    """A note kept with the version."""
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        version: _builtins.int = ...,
+        expected_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "expected_version", b"expected_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RollbackAgentRequest: _TypeAlias = RollbackAgentRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentVersionsRequest(_message.Message):
+    """Request of ListAgentVersions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentVersionsRequest: _TypeAlias = ListAgentVersionsRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentVersionsResponse(_message.Message):
+    """Response of ListAgentVersions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentVersion]:
+        """Every version, newest first."""
+
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___AgentVersion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentVersionsResponse: _TypeAlias = ListAgentVersionsResponse  # noqa: Y015
 
 @_typing.final
 class ListAgentsRequest(_message.Message):

@@ -66,6 +66,26 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.GetAgentRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.GetAgentResponse.FromString,
                 _registered_method=True)
+        self.CreateAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/CreateAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.UpdateAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/UpdateAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.RollbackAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/RollbackAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.ListAgentVersions = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListAgentVersions',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.FromString,
+                _registered_method=True)
         self.ListChats = channel.unary_unary(
                 '/agw.v1.AgentGateway/ListChats',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.ListChatsRequest.SerializeToString,
@@ -144,6 +164,38 @@ class AgentGatewayServicer:
 
     def GetAgent(self, request, context):
         """Returns one agent's definition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAgent(self, request, context):
+        """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+        version 1, validated like an agent file, served at once by every replica in place of
+        a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAgent(self, request, context):
+        """Writes the next version of a stored agent (role "admin"), validated like an agent
+        file; runs already started keep the version they started with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackAgent(self, request, context):
+        """Writes the next version of a stored agent with the definition of an earlier version
+        (role "admin"): versions are never removed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgentVersions(self, request, context):
+        """Every version of a stored agent, newest first (role "admin").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -229,6 +281,26 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.GetAgent,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.GetAgentRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.GetAgentResponse.SerializeToString,
+            ),
+            'CreateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'UpdateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'RollbackAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'ListAgentVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgentVersions,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.SerializeToString,
             ),
             'ListChats': grpc.unary_unary_rpc_method_handler(
                     servicer.ListChats,
@@ -424,6 +496,114 @@ class AgentGateway:
             '/agw.v1.AgentGateway/GetAgent',
             agw_dot_v1_dot_gateway__pb2.GetAgentRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.GetAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/CreateAgent',
+            agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/UpdateAgent',
+            agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/RollbackAgent',
+            agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgentVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListAgentVersions',
+            agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

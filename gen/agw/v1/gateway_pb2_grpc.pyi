@@ -59,6 +59,21 @@ class AgentGatewayStub:
     """Lists the loaded agents."""
     GetAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetAgentRequest, _gateway_pb2.GetAgentResponse]
     """Returns one agent's definition."""
+    CreateAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CreateAgentRequest, _gateway_pb2.AgentVersion]
+    """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+    version 1, validated like an agent file, served at once by every replica in place of
+    a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+    """
+    UpdateAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UpdateAgentRequest, _gateway_pb2.AgentVersion]
+    """Writes the next version of a stored agent (role "admin"), validated like an agent
+    file; runs already started keep the version they started with.
+    """
+    RollbackAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RollbackAgentRequest, _gateway_pb2.AgentVersion]
+    """Writes the next version of a stored agent with the definition of an earlier version
+    (role "admin"): versions are never removed.
+    """
+    ListAgentVersions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListAgentVersionsRequest, _gateway_pb2.ListAgentVersionsResponse]
+    """Every version of a stored agent, newest first (role "admin")."""
     ListChats: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListChatsRequest, _gateway_pb2.ListChatsResponse]
     """Lists chats, newest first."""
     GetChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]
@@ -106,6 +121,21 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Lists the loaded agents."""
     GetAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetAgentRequest, _gateway_pb2.GetAgentResponse]  # type: ignore[assignment]
     """Returns one agent's definition."""
+    CreateAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CreateAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+    version 1, validated like an agent file, served at once by every replica in place of
+    a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+    """
+    UpdateAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UpdateAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Writes the next version of a stored agent (role "admin"), validated like an agent
+    file; runs already started keep the version they started with.
+    """
+    RollbackAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RollbackAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Writes the next version of a stored agent with the definition of an earlier version
+    (role "admin"): versions are never removed.
+    """
+    ListAgentVersions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListAgentVersionsRequest, _gateway_pb2.ListAgentVersionsResponse]  # type: ignore[assignment]
+    """Every version of a stored agent, newest first (role "admin")."""
     ListChats: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListChatsRequest, _gateway_pb2.ListChatsResponse]  # type: ignore[assignment]
     """Lists chats, newest first."""
     GetChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]  # type: ignore[assignment]
@@ -186,6 +216,45 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.GetAgentResponse, _abc.Awaitable[_gateway_pb2.GetAgentResponse]]:
         """Returns one agent's definition."""
+
+    @_abc_1.abstractmethod
+    def CreateAgent(
+        self,
+        request: _gateway_pb2.CreateAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+        version 1, validated like an agent file, served at once by every replica in place of
+        a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateAgent(
+        self,
+        request: _gateway_pb2.UpdateAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Writes the next version of a stored agent (role "admin"), validated like an agent
+        file; runs already started keep the version they started with.
+        """
+
+    @_abc_1.abstractmethod
+    def RollbackAgent(
+        self,
+        request: _gateway_pb2.RollbackAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Writes the next version of a stored agent with the definition of an earlier version
+        (role "admin"): versions are never removed.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgentVersions(
+        self,
+        request: _gateway_pb2.ListAgentVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListAgentVersionsResponse, _abc.Awaitable[_gateway_pb2.ListAgentVersionsResponse]]:
+        """Every version of a stored agent, newest first (role "admin")."""
 
     @_abc_1.abstractmethod
     def ListChats(
