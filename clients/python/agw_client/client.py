@@ -351,4 +351,3 @@ class AsyncClient:
         )
         response: gw.UploadResponse = await self._unary(self.stub.Upload, request, deadline)
         return response
-

@@ -345,4 +345,3 @@ class Client:
         )
         response: gw.UploadResponse = self._unary(self.stub.Upload, request, deadline)
         return response
-
