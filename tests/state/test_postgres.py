@@ -51,7 +51,7 @@ async def tables(dsn: str) -> list[str]:
 # -- migrations ------------------------------------------------------------------------
 
 #: The versions of the migrations shipped, in order.
-SHIPPED = [1, 2, 3, 10, 11]
+SHIPPED = [1, 2, 3, 10, 11, 12]
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
@@ -70,6 +70,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         await backend.open()
         await backend.close()
     assert await tables(postgres_dsn) == [
+        "agent_versions",
         "chat_records",
         "chats",
         "run_logs",
@@ -95,6 +96,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (3, "drop_run_registry"),
             (10, "chat_lifecycle"),
             (11, "spend_ledger"),
+            (12, "agent_store"),
         ]
     finally:
         for connection in connections:
