@@ -114,6 +114,16 @@ export interface ChatSummary {
 export interface SubmitResponse { accepted: boolean; outcome: string; detail: string }
 export interface CancelResponse { cancelled: boolean; detail: string }
 export interface ListChatsResponse { chats: ChatSummary[]; nextPageToken: string }
+/** What the model calls of one UTC day, tenant, API key, agent and model used. */
+export interface SpendRow {
+  day: string; tenant: string; apiKey: string; agentKey: string; model: string;
+  calls: number; promptTokens: number; completionTokens: number; cost: number;
+}
+/** One version of an agent of the agent store. */
+export interface AgentVersion {
+  agentKey: string; version: number; definition: Struct; createdAt: number; createdBy: string;
+  change: string; sourceVersion: number; comment: string;
+}
 export interface GetChatResponse {
   chatId: string; chatName: string; events: Event[]; rawMessages: Struct[]; references: Reference[];
 }
@@ -244,7 +254,27 @@ export class AgwClient {
   cancel(runId: string): Promise<CancelResponse>;
   listAgents(): Promise<Agent[]>;
   getAgent(agentKey: string): Promise<{ agent: Agent; definition: Record<string, Json> }>;
-  listChats(options?: { pageSize?: number; pageToken?: string }): Promise<ListChatsResponse>;
+  listChats(
+    options?: { pageSize?: number; pageToken?: string; nameContains?: string },
+  ): Promise<ListChatsResponse>;
+  renameChat(chatId: string, chatName: string): Promise<{ chat: ChatSummary; event: Event }>;
+  deleteChat(chatId: string, options?: { cancelActiveRun?: boolean }): Promise<{
+    chatId: string; cancelledRunId: string; runsDeleted: number; uploadsDeleted: number;
+  }>;
+  getSpend(options?: { tenant?: string; firstDay?: string; lastDay?: string }): Promise<{
+    rows: SpendRow[]; currency: string; firstDay: string; lastDay: string;
+  }>;
+  createAgent(
+    agentKey: string, definition: Record<string, Json> | string, options?: { comment?: string },
+  ): Promise<AgentVersion>;
+  updateAgent(
+    agentKey: string, definition: Record<string, Json> | string,
+    options?: { expectedVersion?: number; comment?: string },
+  ): Promise<AgentVersion>;
+  rollbackAgent(
+    agentKey: string, version: number, options?: { expectedVersion?: number; comment?: string },
+  ): Promise<AgentVersion>;
+  listAgentVersions(agentKey: string): Promise<AgentVersion[]>;
   getChat(
     chatId: string, options?: { includeRawMessages?: boolean; liveRunOnly?: boolean },
   ): Promise<GetChatResponse>;

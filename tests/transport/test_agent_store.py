@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from agw.v1 import gateway_pb2 as gw
 from agw_client import (
@@ -256,3 +257,39 @@ async def test_every_replica_serves_a_new_version_within_a_second(
             assert written.version == n
             got = await on_b.get_agent("shared")
             assert got.definition["plain"]["systemPrompt"] == f"Version {n}."
+
+
+async def test_a_token_holds_the_roles_its_claim_names(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    agents = tmp_path / "agents"
+    write_agent(agents, "plain", oneshot_agent())
+    secret = "a-secret-of-at-least-32-bytes-for-hs256"
+    settings: dict[str, Any] = {
+        "auth_jwt_secret": secret,
+        "auth_jwt_roles_claim": "scope",
+        "agent_store": "memory",
+        "http_enabled": False,
+    }
+
+    def token(**claims: Any) -> str:
+        return jwt.encode({"sub": "ada", "exp": time.time() + 60, **claims}, secret)
+
+    async with Harness.start(agents, provider, **settings) as gateway:
+        target = f"127.0.0.1:{gateway.app.grpc.port}"
+        for claims, allowed in (
+            ({"scope": "read admin"}, True),
+            ({"scope": ["admin"]}, True),
+            ({"scope": "read"}, False),
+            ({"roles": ["admin"]}, False),  # another claim than the one configured
+            ({}, False),
+        ):
+            async with AsyncClient(target, token=token(**claims), retries=0) as caller:
+                if allowed:
+                    written = await caller.create_agent(
+                        f"a{len(claims)}{time.monotonic_ns()}", oneshot_agent()
+                    )
+                    assert written.created_by == "default/ada"
+                else:
+                    with pytest.raises(PermissionDenied):
+                        await caller.create_agent("denied", oneshot_agent())
