@@ -45,6 +45,17 @@ def answer(text: str) -> list[Any]:
     return [content(text), finish("stop"), usage(10, 5), DONE]
 
 
+def held(gate: asyncio.Event) -> list[Any]:
+    """An answer that stops after its first delta until `gate` is set."""
+    return [content("so far"), Gate(gate), finish("stop"), DONE]
+
+
+def plain_agents(tmp_path: Path) -> Path:
+    agents = tmp_path / "agents"
+    write_agent(agents, "plain", oneshot_agent())
+    return agents
+
+
 def backend_settings(request: pytest.FixtureRequest, name: str) -> dict[str, Any]:
     if name == "files":
         return {"chat_store": "jsonl", "run_log": "files", "upload_store": "files"}
@@ -64,8 +75,7 @@ def backend_settings(request: pytest.FixtureRequest, name: str) -> dict[str, Any
 async def gateway(
     request: pytest.FixtureRequest, tmp_path: Path, provider: LoopbackProvider
 ) -> AsyncIterator[Harness]:
-    agents = tmp_path / "agents"
-    write_agent(agents, "plain", oneshot_agent())
+    agents = plain_agents(tmp_path)
     settings = backend_settings(request, request.param)
     async with Harness.start(
         agents,
@@ -143,7 +153,7 @@ async def test_a_chat_with_a_run_in_progress_is_deleted_only_with_its_run_cancel
     gateway: Harness, provider: LoopbackProvider
 ) -> None:
     gate = asyncio.Event()
-    provider.enqueue([content("so far"), Gate(gate), finish("stop"), DONE])
+    provider.enqueue(held(gate))
     async with client(gateway, ALICE) as alice:
         stream = alice.query("plain", "Take your time")
         seen = []
@@ -233,7 +243,7 @@ async def test_a_rename_during_a_run_is_replayed_after_that_run(
     gateway: Harness, provider: LoopbackProvider
 ) -> None:
     gate = asyncio.Event()
-    provider.enqueue(answer("first"), [content("so far"), Gate(gate), finish("stop"), DONE])
+    provider.enqueue(answer("first"), held(gate))
     async with client(gateway, ALICE) as alice:
         chat_id = (await alice.ask("plain", "Hi")).chat_id
         stream = alice.query("plain", "Go on", chat_id=chat_id)
@@ -261,10 +271,9 @@ async def test_a_rename_during_a_run_is_replayed_after_that_run(
 async def test_chats_are_renamed_and_deleted_over_http(
     tmp_path: Path, provider: LoopbackProvider
 ) -> None:
-    agents = tmp_path / "agents"
-    write_agent(agents, "plain", oneshot_agent())
+    agents = plain_agents(tmp_path)
     gate = asyncio.Event()
-    provider.enqueue(answer("one"), [content("so far"), Gate(gate), finish("stop"), DONE])
+    provider.enqueue(answer("one"), held(gate))
     async with (
         Harness.start(agents, provider) as gateway,
         httpx.AsyncClient(base_url=gateway.http_url, timeout=30) as http,
@@ -308,10 +317,9 @@ async def test_chats_are_renamed_and_deleted_over_http(
 async def test_chats_unchanged_past_their_ttl_are_swept_away_but_not_a_running_one(
     tmp_path: Path, provider: LoopbackProvider
 ) -> None:
-    agents = tmp_path / "agents"
-    write_agent(agents, "plain", oneshot_agent())
+    agents = plain_agents(tmp_path)
     gate = asyncio.Event()
-    provider.enqueue(answer("old news"), [content("so far"), Gate(gate), finish("stop"), DONE])
+    provider.enqueue(answer("old news"), held(gate))
     async with (
         Harness.start(
             agents, provider, chat_ttl_s=0.5, chat_sweep_interval_s=0.1, http_enabled=False
