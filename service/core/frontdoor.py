@@ -414,5 +414,7 @@ class FrontDoor:
         await self.catalog.close()
 
     async def flush(self) -> None:
-        """Wait until every ended run is recorded and kept in the run log."""
+        """Wait until every ended run is recorded, kept in the run log and in the ledger."""
         await self.lifecycle.flush()
+        if self.quotas is not None:
+            await self.quotas.flush()
