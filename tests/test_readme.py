@@ -168,6 +168,7 @@ async def service(tmp_path: Path) -> AsyncIterator[Harness]:
         data_dir=tmp_path / "data",
         bash_working_dir=tmp_path / "workspace",
         demo_delay_ms=0,
+        agent_store="memory",  # the example of "Agents in the database" writes to it
     ) as harness:
         yield harness
 

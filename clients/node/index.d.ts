@@ -116,6 +116,16 @@ export interface ChatSummary {
 export interface SubmitResponse { accepted: boolean; outcome: string; detail: string }
 export interface CancelResponse { cancelled: boolean; detail: string }
 export interface ListChatsResponse { chats: ChatSummary[]; nextPageToken: string }
+/** What the model calls of one UTC day, tenant, API key, agent and model used. */
+export interface SpendRow {
+  day: string; tenant: string; apiKey: string; agentKey: string; model: string;
+  calls: number; promptTokens: number; completionTokens: number; cost: number;
+}
+/** One version of an agent of the agent store. */
+export interface AgentVersion {
+  agentKey: string; version: number; definition: Struct; createdAt: number; createdBy: string;
+  change: string; sourceVersion: number; comment: string;
+}
 export interface GetChatResponse {
   chatId: string; chatName: string; events: Event[]; rawMessages: Struct[]; references: Reference[];
 }
@@ -161,11 +171,11 @@ export type ErrorReason =
   | 'INTERNAL' | 'INVALID_REQUEST'
   | 'NOT_FOUND' | 'AGENT_NOT_FOUND' | 'CHAT_NOT_FOUND' | 'RUN_NOT_FOUND' | 'TOOL_NOT_FOUND'
   | 'CONFLICT' | 'CHAT_BUSY' | 'PROVIDER_NOT_CONFIGURED'
-  | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED'
+  | 'OVERLOADED' | 'PAYLOAD_TOO_LARGE' | 'BUDGET_EXHAUSTED' | 'QUOTA_EXCEEDED'
   | 'SHUTTING_DOWN' | 'PROVIDER_ERROR' | 'PROVIDER_STREAM_ERROR' | 'PROVIDER_TIMEOUT'
   | 'OWNER_LOST' | 'BUS_UNAVAILABLE' | 'RUN_HANDED_OVER'
   | 'STORE_FAILED' | 'SANDBOX_UNAVAILABLE'
-  | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED' | 'UNAUTHENTICATED';
+  | 'PLAN_FAILED' | 'TASK_FAILED' | 'TASK_NOT_REPORTED' | 'UNAUTHENTICATED' | 'PERMISSION_DENIED';
 
 export class AgwError extends Error {
   constructor(
@@ -194,6 +204,8 @@ export class ProviderNotConfigured extends AgwError { static status: number }
 export class Overloaded extends AgwError { static status: number }
 export class PayloadTooLarge extends AgwError { static status: number }
 export class BudgetExhausted extends AgwError { static status: number }
+/** A quota of the caller's tenant or API key is used up; retry after `retryAfter` seconds. */
+export class QuotaExceeded extends AgwError { static status: number; readonly retryAfter?: number }
 export class ShuttingDown extends AgwError { static status: number }
 export class ProviderError extends AgwError { static status: number }
 export class ProviderTimeout extends AgwError { static status: number }
@@ -244,7 +256,27 @@ export class AgwClient {
   cancel(runId: string): Promise<CancelResponse>;
   listAgents(): Promise<Agent[]>;
   getAgent(agentKey: string): Promise<{ agent: Agent; definition: Record<string, Json> }>;
-  listChats(options?: { pageSize?: number; pageToken?: string }): Promise<ListChatsResponse>;
+  listChats(
+    options?: { pageSize?: number; pageToken?: string; nameContains?: string },
+  ): Promise<ListChatsResponse>;
+  renameChat(chatId: string, chatName: string): Promise<{ chat: ChatSummary; event: Event }>;
+  deleteChat(chatId: string, options?: { cancelActiveRun?: boolean }): Promise<{
+    chatId: string; cancelledRunId: string; runsDeleted: number; uploadsDeleted: number;
+  }>;
+  getSpend(options?: { tenant?: string; firstDay?: string; lastDay?: string }): Promise<{
+    rows: SpendRow[]; currency: string; firstDay: string; lastDay: string;
+  }>;
+  createAgent(
+    agentKey: string, definition: Record<string, Json> | string, options?: { comment?: string },
+  ): Promise<AgentVersion>;
+  updateAgent(
+    agentKey: string, definition: Record<string, Json> | string,
+    options?: { expectedVersion?: number; comment?: string },
+  ): Promise<AgentVersion>;
+  rollbackAgent(
+    agentKey: string, version: number, options?: { expectedVersion?: number; comment?: string },
+  ): Promise<AgentVersion>;
+  listAgentVersions(agentKey: string): Promise<AgentVersion[]>;
   getChat(
     chatId: string, options?: { includeRawMessages?: boolean; liveRunOnly?: boolean },
   ): Promise<GetChatResponse>;

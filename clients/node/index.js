@@ -146,6 +146,15 @@ class ProviderNotConfigured extends AgwError { static status = grpc.status.FAILE
 class Overloaded extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
 /** RESOURCE_EXHAUSTED: a payload or upload exceeds its configured limit. */
 class PayloadTooLarge extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
+/** RESOURCE_EXHAUSTED: the caller's tenant or API key used up a quota; `retryAfter` is
+ *  how many seconds to wait (from `metadata.retry_after_s`). */
+class QuotaExceeded extends AgwError {
+  static status = grpc.status.RESOURCE_EXHAUSTED;
+  get retryAfter() {
+    const seconds = Number(this.metadata.retry_after_s);
+    return Number.isFinite(seconds) ? seconds : undefined;
+  }
+}
 /** RESOURCE_EXHAUSTED: a run used up one of its budgets (in a run: RunFailed). */
 class BudgetExhausted extends AgwError { static status = grpc.status.RESOURCE_EXHAUSTED; }
 /** UNAVAILABLE: the gateway is draining; retry on another instance. */
@@ -175,6 +184,7 @@ const ERROR_CLASSES = Object.freeze({
   OVERLOADED: Overloaded,
   PAYLOAD_TOO_LARGE: PayloadTooLarge,
   BUDGET_EXHAUSTED: BudgetExhausted,
+  QUOTA_EXCEEDED: QuotaExceeded,
   SHUTTING_DOWN: ShuttingDown,
   PROVIDER_ERROR: ProviderError,
   PROVIDER_STREAM_ERROR: ProviderError,
@@ -183,6 +193,10 @@ const ERROR_CLASSES = Object.freeze({
   BUS_UNAVAILABLE: BusUnavailable,
   RUN_HANDED_OVER: RunHandedOver,
 });
+
+function definitionOf(definition) {
+  return typeof definition === 'string' ? { definitionText: definition } : { definition: toStruct(definition) };
+}
 
 /** A run that ended with `run.error` (or `run.cancel`), from `ask()`. */
 class RunFailed extends Error {
@@ -398,8 +412,45 @@ class AgwClient {
     return { agent: response.agent, definition: fromStruct(response.definition) };
   }
 
-  listChats({ pageSize = 0, pageToken = '' } = {}) {
-    return this._unary('ListChats', { pageSize, pageToken });
+  listChats({ pageSize = 0, pageToken = '', nameContains = '' } = {}) {
+    return this._unary('ListChats', { pageSize, pageToken, nameContains });
+  }
+
+  /** Renames a chat; resolves to `{ chat, event }`, the `chat.update` event recorded. */
+  renameChat(chatId, chatName) {
+    return this._unary('RenameChat', { requestId: crypto.randomUUID(), chatId, chatName });
+  }
+
+  /** Deletes a chat and everything of it; `cancelActiveRun` cancels its run in progress
+   *  first (else such a chat is refused with ChatBusy). */
+  deleteChat(chatId, { cancelActiveRun = false } = {}) {
+    return this._unary('DeleteChat', { requestId: crypto.randomUUID(), chatId, cancelActiveRun });
+  }
+
+  /** What runs used, by day, tenant, API key, agent and model (this month by default). */
+  getSpend({ tenant = '', firstDay = '', lastDay = '' } = {}) {
+    return this._unary('GetSpend', { tenant, firstDay, lastDay });
+  }
+
+  /** Version 1 of an agent in the agent store (role "admin"): `definition` as an object,
+   *  or as an agent file's text. */
+  createAgent(agentKey, definition, { comment = '' } = {}) {
+    return this._unary('CreateAgent', { agentKey, comment, ...definitionOf(definition) });
+  }
+
+  /** The next version of a stored agent (role "admin"). */
+  updateAgent(agentKey, definition, { expectedVersion = 0, comment = '' } = {}) {
+    return this._unary('UpdateAgent', { agentKey, expectedVersion, comment, ...definitionOf(definition) });
+  }
+
+  /** A new version of a stored agent with the definition of its `version` (role "admin"). */
+  rollbackAgent(agentKey, version, { expectedVersion = 0, comment = '' } = {}) {
+    return this._unary('RollbackAgent', { agentKey, version, expectedVersion, comment });
+  }
+
+  /** Every version of a stored agent, newest first (role "admin"). */
+  async listAgentVersions(agentKey) {
+    return (await this._unary('ListAgentVersions', { agentKey })).versions;
   }
 
   getChat(chatId, { includeRawMessages = false, liveRunOnly = false } = {}) {
@@ -429,6 +480,7 @@ module.exports = {
   Overloaded,
   PayloadTooLarge,
   BudgetExhausted,
+  QuotaExceeded,
   ShuttingDown,
   ProviderError,
   ProviderTimeout,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -18,10 +19,11 @@ from service.assembly.config import (
     McpServerSettings,
     ModelPrice,
     ProviderSettings,
+    QuotaSettings,
     Settings,
 )
 from service.assembly.models import model_catalog
-from service.builtins.bash import BashOptions
+from service.builtins.bash import BashOptions, remove_workspace
 from service.builtins.builtin import builtin_tools
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
@@ -31,6 +33,7 @@ from service.core.frontdoor import FrontDoor
 from service.core.lifecycle import RunOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
+from service.core.quotas import Limits, QuotaOptions, Quotas
 from service.core.run.observation import Price
 from service.core.run.state import Pricing
 from service.core.tools.registry import ToolRegistry
@@ -103,6 +106,32 @@ def pricing(settings: Settings) -> Pricing:
         return price.cost(usage) if price is not None else None
 
     return cost
+
+
+def limits(quota: QuotaSettings) -> Limits:
+    return Limits(
+        concurrent_runs=quota.concurrent_runs,
+        requests_per_minute=quota.requests_per_minute,
+        tokens_per_day=quota.tokens_per_day,
+        spend_per_month=quota.spend_per_month,
+    )
+
+
+def quotas(settings: Settings, options: state.StateOptions) -> Quotas:
+    """The quotas of the tenants and API keys, counted in Redis when the run bus is, and the
+    spend ledger."""
+    keys = {
+        key.name or key.subject: limits(key.quota)
+        for key in settings.auth_api_keys
+        if key.quota is not None
+    }
+    tenants = {tenant: limits(quota) for tenant, quota in settings.tenant_quotas.items()}
+    counters = state.QUOTA_COUNTERS["redis" if settings.run_bus == "redis" else "local"]
+    return Quotas(
+        counters(options),
+        state.SPEND_LEDGERS[settings.spend_ledger_name](options),
+        QuotaOptions(tenants, keys, slot_ttl_s=settings.quota_slot_ttl_s),
+    )
 
 
 def provider_options(provider: ProviderSettings) -> ProviderOptions:
@@ -284,6 +313,10 @@ class App:
                 replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
             journal=state.RUN_JOURNALS[settings.run_journal_name](options),
+            chat_cleaners=[functools.partial(remove_workspace, settings.bash_working_dir)],
+            quotas=quotas(settings, options),
+            agent_store=state.AGENT_STORES[settings.agent_store](options),
+            agent_store_poll_s=settings.agent_store_poll_s,
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
@@ -317,6 +350,7 @@ class App:
         self._watch: asyncio.Task[None] | None = None
         self._tools_watch: asyncio.Task[None] | None = None
         self._skills_watch: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
 
     def _image_input(self, provider: str) -> bool:
         """Whether a call of `provider` (a provider key or an alias) may carry images: an
@@ -344,6 +378,8 @@ class App:
             self.settings.agents_dir,
             len(self.agents.errors),
         )
+        if self.settings.agent_store_seed:
+            await self.frontdoor.catalog.seed()
         self.skills.load_all()
         log.info(
             "loaded %d skills from %s (%d broken)",
@@ -369,6 +405,18 @@ class App:
         await self.grpc.start()
         if self.settings.http_enabled:
             await self._start_http()
+        if self.settings.chat_ttl_s:
+            self._sweep = asyncio.create_task(self._sweep_chats(), name="chat-sweep")
+
+    async def _sweep_chats(self) -> None:
+        """Delete the chats unchanged for `chat_ttl_s`, now and every sweep interval."""
+        settings = self.settings
+        while True:
+            try:
+                await self.frontdoor.expire_chats(settings.chat_ttl_s)
+            except Exception:
+                log.exception("the sweep of expired chats failed; trying again later")
+            await asyncio.sleep(settings.chat_sweep_interval_s)
 
     async def _start_http(self) -> None:
         """The HTTP/SSE adapter and web page, calling this process's gRPC server by default."""
@@ -407,6 +455,10 @@ class App:
 
     async def stop(self) -> None:
         """Drain runs within the grace period, then close everything."""
+        if self._sweep is not None:  # before the stores it deletes from are closed
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweep
         await self.grpc.stop(self.settings.shutdown_grace_s)
         await self.frontdoor.close()
         if self.http is not None:  # after the drain, so SSE streams got their terminal events

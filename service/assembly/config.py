@@ -131,12 +131,24 @@ class AliasSettings(BaseModel):
     restart_on_failure: bool = False
 
 
+class QuotaSettings(BaseModel):
+    """Limits of a tenant or an API key (README "Quotas and spend"); unset: no limit."""
+
+    concurrent_runs: int | None = Field(default=None, ge=0)
+    requests_per_minute: int | None = Field(default=None, ge=0)  # queries started
+    tokens_per_day: int | None = Field(default=None, ge=0)  # prompt + completion, UTC days
+    spend_per_month: float | None = Field(default=None, ge=0)  # in `currency`, UTC months
+
+
 class ApiKeySettings(BaseModel):
     """One accepted API key and whom it stands for."""
 
     key: SecretStr = Field(description="the key in clear, or 'sha256:<hex digest>'")
     tenant: str = "default"
     subject: str
+    name: str = ""  # the key's name in quotas and the spend ledger; default: its subject
+    roles: list[str] = Field(default_factory=list)  # e.g. ["admin"] (README "Roles")
+    quota: QuotaSettings | None = None  # the key's own limits, besides its tenant's
 
 
 class McpServerSettings(BaseModel):
@@ -241,6 +253,7 @@ class Settings(BaseSettings):
     auth_jwt_issuer: str = ""
     auth_jwt_audience: str = ""
     auth_jwt_tenant_claim: str = "tenant"  # the claim naming the tenant; `sub` is the subject
+    auth_jwt_roles_claim: str = "roles"  # the claim naming the caller's roles ("admin", ...)
     allow_unauthenticated: bool = False  # serve a non-loopback address with no credentials
     tls_cert_file: Path | None = None  # PEM certificate chain: serve gRPC and HTTP over TLS
     tls_key_file: Path | None = None
@@ -248,6 +261,14 @@ class Settings(BaseSettings):
     # Agents
     agents_dir: Path = Path("agents")
     agents_watch: bool = True
+    # The agent store (README "Agents in the database"): `files` (agents come from the
+    # directory alone), `memory` or `postgres` (created, updated and rolled back through
+    # calls, with versions, served by every replica; polled every agent_store_poll_s besides
+    # PostgreSQL's notifications). With `agent_store_seed`, the directory's agents that the
+    # store lacks are written to it at start-up.
+    agent_store: Literal["files", "memory", "postgres"] = "files"
+    agent_store_seed: bool = False
+    agent_store_poll_s: float = Field(default=5.0, gt=0)
     # Skills: one folder per skill with its SKILL.md, watched like the agents
     skills_dir: Path = Path("skills")
 
@@ -327,6 +348,17 @@ class Settings(BaseSettings):
     run_retention_s: float = 60.0  # ended runs stay in memory for re-attach this long
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024
+    # Quotas (README "Quotas and spend"): limits by tenant ("*": any tenant not named), as
+    # JSON in AGW_TENANT_QUOTAS; an API key's own are its `quota`. Counted in Redis when the
+    # run bus is (replicas share them), else in process. The spend ledger is kept in
+    # `spend_ledger`: unset, `postgres` when chat_store is `postgres`, else `files`.
+    tenant_quotas: dict[str, QuotaSettings] = Field(default_factory=dict)
+    quota_slot_ttl_s: float = Field(default=60.0, gt=0)
+    spend_ledger: Literal["files", "memory", "postgres"] | None = None
+    # Chats unchanged this long are deleted with everything of them (0: kept for ever), by
+    # a sweep every `chat_sweep_interval_s` (README "Chat lifecycle").
+    chat_ttl_s: float = Field(default=0.0, ge=0)
+    chat_sweep_interval_s: float = Field(default=3600.0, gt=0)
     upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model
 
     # Interaction log of every model call (logged at DEBUG under "agw.llm").
@@ -432,6 +464,13 @@ class Settings(BaseSettings):
         if self.run_journal is not None:
             return self.run_journal
         return "files" if self.run_bus == "local" else "none"
+
+    @property
+    def spend_ledger_name(self) -> str:
+        """The spend ledger in use: the one set, else the one the chat store implies."""
+        if self.spend_ledger is not None:
+            return self.spend_ledger
+        return "postgres" if self.chat_store == "postgres" else "files"
 
     @property
     def upload_store_name(self) -> str:

@@ -28,7 +28,10 @@ class UnsafeExposure(CannotStart):
 
 def authenticator(settings: Settings) -> Authenticator:
     """The authenticator the settings describe (disabled when they describe none)."""
-    keys = [api_key(k.key.get_secret_value(), k.tenant, k.subject) for k in settings.auth_api_keys]
+    keys = [
+        api_key(k.key.get_secret_value(), k.tenant, k.subject, name=k.name, roles=k.roles)
+        for k in settings.auth_api_keys
+    ]
     secret = settings.auth_jwt_secret.get_secret_value()
     jwt_options = None
     if settings.auth_jwt_jwks_url or settings.auth_jwt_public_key or secret:
@@ -43,6 +46,7 @@ def authenticator(settings: Settings) -> Authenticator:
             issuer=settings.auth_jwt_issuer,
             audience=settings.auth_jwt_audience,
             tenant_claim=settings.auth_jwt_tenant_claim,
+            roles_claim=settings.auth_jwt_roles_claim,
         )
     return Authenticator(keys, jwt_options)
 

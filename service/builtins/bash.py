@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,3 +210,16 @@ def bash_tool(options: BashOptions) -> BackendTool:
         timeout_s=2 * policy.timeout_s + GRACE_S,
     )
     return BackendTool(definition, Bash(policy, options.max_concurrent))
+
+
+async def remove_workspace(working_dir: Path, chat_id: str) -> None:
+    """Delete chat `chat_id`'s workspace under `working_dir` (its chat is deleted); nothing
+    when it has none. Symbolic links inside are removed, never followed."""
+    if not valid_chat_id(chat_id):
+        return
+
+    def remove() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(working_dir.expanduser().resolve() / CHATS / chat_id)
+
+    await asyncio.to_thread(remove)

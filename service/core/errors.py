@@ -27,6 +27,7 @@ class Status(StrEnum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     UNAVAILABLE = "UNAVAILABLE"
     UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
     INTERNAL = "INTERNAL"
 
 
@@ -93,6 +94,13 @@ class PayloadTooLarge(AgwError):
     """A payload or upload exceeds its configured limit."""
 
     reason = "PAYLOAD_TOO_LARGE"
+
+
+class QuotaExceeded(AgwError):
+    """The caller's tenant or API key used up a quota (concurrent runs, requests per
+    minute, tokens per day, spend per month); `retry_after_s` says when to try again."""
+
+    reason = "QUOTA_EXCEEDED"
 
 
 class ShuttingDown(AgwError):
@@ -206,6 +214,12 @@ class Unauthenticated(AgwError):
     reason = "UNAUTHENTICATED"
 
 
+class PermissionDenied(AgwError):
+    """The caller's credentials lack the role the call needs (e.g. "admin")."""
+
+    reason = "PERMISSION_DENIED"
+
+
 STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
     {
         AgwError: Status.INTERNAL,
@@ -222,6 +236,7 @@ STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
         Overloaded: Status.RESOURCE_EXHAUSTED,
         PayloadTooLarge: Status.RESOURCE_EXHAUSTED,
         BudgetExhausted: Status.RESOURCE_EXHAUSTED,
+        QuotaExceeded: Status.RESOURCE_EXHAUSTED,
         ShuttingDown: Status.UNAVAILABLE,
         RunHandedOver: Status.UNAVAILABLE,
         ProviderError: Status.UNAVAILABLE,
@@ -232,6 +247,7 @@ STATUS_OF: Final[Mapping[type[AgwError], Status]] = MappingProxyType(
         StoreFailed: Status.INTERNAL,
         SandboxUnavailable: Status.INTERNAL,
         PlanFailed: Status.INTERNAL,
+        PermissionDenied: Status.PERMISSION_DENIED,
     }
 )
 

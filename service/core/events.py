@@ -146,6 +146,14 @@ def chat_start(chat_name: str) -> Event:
     return Event(chat_start=pb.ChatStart(chat_name=chat_name))
 
 
+def chat_update(chat_name: str, *, request_id: str = "", previous_chat_name: str = "") -> Event:
+    return Event(
+        chat_update=pb.ChatUpdate(
+            chat_name=chat_name, request_id=request_id, previous_chat_name=previous_chat_name
+        )
+    )
+
+
 def request_submit(request_id: str, tool_id: str, payload: Any, *, view_id: str = "") -> Event:
     return Event(
         request_submit=pb.RequestSubmit(

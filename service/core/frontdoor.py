@@ -16,15 +16,21 @@ it runs, for `retention_s` after it ended from memory, then from the run log.
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import datetime
 import logging
+import re
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from service.core import events
+from service.core.agents.catalog import AgentCatalog
 from service.core.agents.definition import AgentDefinition
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
+from service.core.agents.store import AgentStore
 from service.core.chats.history import replay
+from service.core.chats.upkeep import ChatCleaner, ChatUpkeep, Deleted
 from service.core.chats.uploads import Uploads
 from service.core.commands import ChatView, QueryCommand, SubmitCommand, SubmitResult, UploadCommand
 from service.core.errors import (
@@ -32,9 +38,11 @@ from service.core.errors import (
     ChatNotFound,
     InvalidRequest,
     PayloadTooLarge,
+    PermissionDenied,
     RunNotFound,
 )
 from service.core.ids import (
+    ADMIN,
     ANONYMOUS,
     Principal,
     check_chat_id,
@@ -45,17 +53,30 @@ from service.core.lifecycle import RunLifecycle, RunOptions
 from service.core.model import ModelRouter
 from service.core.modes import MODES
 from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
+from service.core.quotas import Quotas
 from service.core.run.binding import bind_stages
 from service.core.run.context import RunServices
 from service.core.run.state import RunState
 from service.core.run.subagents import Subagents
 from service.core.tools.registry import ToolRegistry
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, SpendEntry, StoredUpload
 
 log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MAX_NAME_FILTER = 200
+MAX_SPEND_DAYS = 366
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+
+
+def _day(text: str, name: str) -> datetime.date:
+    try:
+        if _DAY.match(text):
+            return datetime.date.fromisoformat(text)
+    except ValueError:
+        pass
+    raise InvalidRequest(f"{name} must be a day as YYYY-MM-DD, not {shorten(text)!r}")
 
 
 class FrontDoor:
@@ -74,9 +95,18 @@ class FrontDoor:
         skills: SkillRegistry | None = None,
         options: RunOptions | None = None,
         journal: RunJournal | None = None,
+        chat_cleaners: Sequence[ChatCleaner] = (),
+        quotas: Quotas | None = None,
+        agent_store: AgentStore | None = None,
+        agent_store_poll_s: float = 5.0,
     ) -> None:
         options = options if options is not None else RunOptions()
+        self.quotas = quotas
+        if quotas is not None:  # it sees every run's model calls, as a middleware
+            options = dataclasses.replace(options, middlewares=(*options.middlewares, quotas))
         self.agents = agents
+        # agents created, updated and rolled back through calls, served in the registry
+        self.catalog = AgentCatalog(agents, agent_store, poll_s=agent_store_poll_s)
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -89,6 +119,9 @@ class FrontDoor:
         # the state ports, the runs' services and options: held by the lifecycle
         self.lifecycle = RunLifecycle(
             chats, run_log, bus, uploads, self.services, options, MODES, journal
+        )
+        self.upkeep = ChatUpkeep(
+            chats, run_log, bus, uploads.store, journal, self.lifecycle.flush, chat_cleaners
         )
 
     @property
@@ -133,7 +166,16 @@ class FrontDoor:
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
-        return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        if self.quotas is None:
+            return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        admission = await self.quotas.admit(command.principal)
+        try:
+            run = await self.lifecycle.start(command, agent, mode, models, chat_id)
+        except BaseException:
+            await self.quotas.release(admission)
+            raise
+        self.quotas.bind(admission, run)
+        return run
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""
@@ -214,13 +256,44 @@ class FrontDoor:
     # -- chats and uploads -------------------------------------------------------------
 
     async def list_chats(
-        self, page_size: int = 0, page_token: str = "", principal: Principal = ANONYMOUS
+        self,
+        page_size: int = 0,
+        page_token: str = "",
+        principal: Principal = ANONYMOUS,
+        name_contains: str = "",
     ) -> tuple[builtins.list[ChatSummary], str]:
-        """A page of `principal`'s chats, newest first, and the next page's token."""
+        """A page of `principal`'s chats, newest first, and the next page's token; with
+        `name_contains`, only the chats whose name contains it (ignoring case)."""
         if page_size < 0:
             raise InvalidRequest("pageSize must be >= 0")
+        if len(name_contains) > MAX_NAME_FILTER:
+            raise InvalidRequest(f"nameContains may be at most {MAX_NAME_FILTER} characters")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        return await self.lifecycle.chats.page(size, page_token, owner=principal)
+        return await self.lifecycle.chats.page(
+            size, page_token, owner=principal, name_contains=name_contains
+        )
+
+    async def rename_chat(
+        self, chat_id: str, chat_name: str, principal: Principal = ANONYMOUS, request_id: str = ""
+    ) -> tuple[ChatSummary, events.Event]:
+        """Rename `principal`'s chat; its summary and the `chat.update` event recorded."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        return await self.upkeep.rename(chat_id, chat_name, principal, request_id)
+
+    async def delete_chat(
+        self, chat_id: str, principal: Principal = ANONYMOUS, *, cancel_active_run: bool = False
+    ) -> Deleted:
+        """Delete `principal`'s chat and everything of it (see chats/upkeep.py)."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        return await self.upkeep.delete(chat_id, principal, cancel_active_run=cancel_active_run)
+
+    async def expire_chats(self, ttl_s: float) -> builtins.list[str]:
+        """Delete every chat unchanged for `ttl_s` (the sweep of `AGW_CHAT_TTL_S`)."""
+        return await self.upkeep.expire(ttl_s)
 
     async def get_chat(
         self,
@@ -284,6 +357,30 @@ class FrontDoor:
             owner=command.principal,
         )
 
+    # -- spend -------------------------------------------------------------------------
+
+    async def spend(
+        self, principal: Principal, tenant: str = "", first_day: str = "", last_day: str = ""
+    ) -> tuple[builtins.list[SpendEntry], str, str]:
+        """The spend ledger's rows of `tenant` (the caller's own when empty; another, or "*"
+        for all, needs "admin") between two UTC days (this month so far by default)."""
+        if tenant and tenant != principal.tenant and not principal.has(ADMIN):
+            raise PermissionDenied(
+                f"reading another tenant's spend needs the role {ADMIN!r}", role=ADMIN
+            )
+        today = datetime.datetime.now(datetime.UTC).date()
+        first = _day(first_day, "firstDay") if first_day else today.replace(day=1)
+        last = _day(last_day, "lastDay") if last_day else today
+        if last < first or (last - first).days > MAX_SPEND_DAYS:
+            raise InvalidRequest(f"lastDay must be from firstDay to {MAX_SPEND_DAYS} days after it")
+        wanted = None if tenant == "*" else tenant or principal.tenant
+        rows = (
+            []
+            if self.quotas is None
+            else await self.quotas.spend(wanted, first.isoformat(), last.isoformat())
+        )
+        return rows, first.isoformat(), last.isoformat()
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -294,6 +391,9 @@ class FrontDoor:
         await self.lifecycle.bus.open()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.open()
+        if self.quotas is not None:
+            await self.quotas.open()
+        await self.catalog.open()
 
     async def resume(self, reason: str = "restart") -> list[RunState]:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
@@ -309,7 +409,12 @@ class FrontDoor:
         await self.lifecycle.bus.close()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.close()
+        if self.quotas is not None:
+            await self.quotas.close()
+        await self.catalog.close()
 
     async def flush(self) -> None:
-        """Wait until every ended run is recorded and kept in the run log."""
+        """Wait until every ended run is recorded, kept in the run log and in the ledger."""
         await self.lifecycle.flush()
+        if self.quotas is not None:
+            await self.quotas.flush()

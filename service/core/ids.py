@@ -8,7 +8,7 @@ patterns are anchored with `\\Z` so that no trailing newline slips through.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.core.errors import InvalidRequest
 
@@ -56,6 +56,10 @@ class Principal:
 
     tenant: str = ""
     subject: str = ""
+    # How the caller authenticated, not who it is (neither counts in ownership): the name
+    # of its API key ("" for a token or no authentication), and its roles ("admin", ...).
+    key: str = field(default="", compare=False)
+    roles: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def anonymous(self) -> bool:
@@ -63,6 +67,10 @@ class Principal:
 
     def to_record(self) -> dict[str, str]:
         return {"tenant": self.tenant, "subject": self.subject}
+
+    def has(self, role: str) -> bool:
+        """Whether the caller holds `role` (`EVERY_ROLE` holds them all)."""
+        return role in self.roles or EVERY_ROLE in self.roles
 
     @staticmethod
     def from_record(data: object) -> Principal:
@@ -76,3 +84,8 @@ class Principal:
 
 
 ANONYMOUS = Principal()
+
+#: The role that stands for every role: the one caller's when authentication is off.
+EVERY_ROLE = "*"
+#: The role of the calls that change the service for everyone (the agent store's RPCs).
+ADMIN = "admin"

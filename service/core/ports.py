@@ -7,6 +7,8 @@
 - `UploadStore`: uploaded files, their description and their bytes.
 - `RunJournal`: what a run started with, its events and its steps' results, while it
   runs, so that another process can resume it.
+- `QuotaCounters`: the counters quotas are kept in, shared by replicas (Redis) or not.
+- `SpendLedger`: what the model calls used, per tenant, API key, agent, model and day.
 
 Every method that may touch I/O is async. Implementations live in
 `service/state/` (in-process and file-backed ones today); a new backend is a
@@ -24,7 +26,14 @@ from service.core.ids import ANONYMOUS, Principal
 from service.core.run.journal import JournaledRun, JournalEntry
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
-from service.core.values import ChatSummary, LiveRun, Record, RunRef, StoredUpload
+from service.core.values import (
+    ChatSummary,
+    LiveRun,
+    Record,
+    RunRef,
+    SpendEntry,
+    StoredUpload,
+)
 
 
 class ChatStore(Protocol):
@@ -47,9 +56,19 @@ class ChatStore(Protocol):
         ...
 
     async def page(
-        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
-        """`owner`'s chats newest first, `limit` at a time; the page and the next cursor."""
+        """`owner`'s chats newest first, `limit` at a time; the page and the next cursor.
+        With `name_contains`, only the chats whose name contains it (ignoring case)."""
+        ...
+
+    async def expired(self, before: int, limit: int) -> list[ChatSummary]:
+        """At most `limit` chats of any owner last changed before `before` (ms since the
+        epoch), oldest first."""
+        ...
+
+    async def delete(self, chat_id: str) -> bool:
+        """Remove the chat and its records; False when there was no such chat."""
         ...
 
     async def sync(self, chat_id: str) -> None:
@@ -74,6 +93,10 @@ class RunLog(Protocol):
 
     async def load(self, run_id: str) -> list[Event] | None:
         """The run's events, or None when the run was never kept (or expired)."""
+        ...
+
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        """Forget the logs of these runs (a chat deleted); how many were kept."""
         ...
 
     async def close(self) -> None:
@@ -172,6 +195,11 @@ class RunBus(Protocol):
         """The chat's run in progress (not yet ended), with its last seq and open waits."""
         ...
 
+    async def forget_chat(self, chat_id: str, run_ids: Sequence[str]) -> None:
+        """Forget what the bus keeps of a deleted chat: its ended runs `run_ids` (their
+        events, state and waits) and the chat's own marks. None of its runs is running."""
+        ...
+
 
 class RunJournal(Protocol):
     """Where runs' journals are kept while they run (service/core/run/journal.py), so that a
@@ -217,6 +245,67 @@ class UploadStore(Protocol):
         """The upload and its content, or None when there is none with that id."""
         ...
 
+    async def delete_chat(self, chat_id: str) -> int:
+        """Remove the uploads made to chat `chat_id` (their description and content); how
+        many there were."""
+        ...
+
     async def close(self) -> None:
         """Release what the store holds (connections); no call follows."""
+        ...
+
+
+class QuotaCounters(Protocol):
+    """The counters of the quotas (service/core/quotas.py): in process, or in Redis shared by
+    every replica. Keys are the quota's own; each counter or set expires after `ttl_s`."""
+
+    async def open(self) -> None:
+        """Connect, before the first call."""
+        ...
+
+    async def close(self) -> None:
+        """Disconnect, after the last call."""
+        ...
+
+    async def add(self, key: str, amount: int, ttl_s: float) -> int:
+        """Add `amount` to the counter `key` (made at 0, expiring `ttl_s` after it was
+        made); its value now."""
+        ...
+
+    async def value(self, key: str) -> int:
+        """The counter `key` (0 when there is none)."""
+        ...
+
+    async def take(self, key: str, member: str, limit: int, ttl_s: float) -> bool:
+        """Add `member` to the set `key` if it holds fewer than `limit` live members (each
+        lives `ttl_s` unless renewed); whether it was added."""
+        ...
+
+    async def renew(self, key: str, member: str, ttl_s: float) -> None:
+        """Let `member` of the set `key` live `ttl_s` more."""
+        ...
+
+    async def give_back(self, key: str, member: str) -> None:
+        """Remove `member` from the set `key`."""
+        ...
+
+
+class SpendLedger(Protocol):
+    """What the model calls used, by UTC day, tenant, API key, agent and model."""
+
+    async def open(self) -> None:
+        """Prepare the ledger before the first call."""
+        ...
+
+    async def add(self, entries: Sequence[SpendEntry]) -> None:
+        """Add each entry's amounts to its row (made at 0)."""
+        ...
+
+    async def read(self, tenant: str | None, first_day: str, last_day: str) -> list[SpendEntry]:
+        """The rows of `tenant` (None: every tenant) from `first_day` to `last_day`
+        ("YYYY-MM-DD", both included), by day, tenant, key, agent and model."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the ledger holds; no call follows."""
         ...

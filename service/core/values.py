@@ -76,3 +76,23 @@ class StoredUpload:
     sha256: str
     chat_id: str
     owner: dict[str, str] | None = None  # {"tenant", "subject"}; None: anonymous
+
+
+@dataclass(frozen=True, slots=True)
+class SpendEntry:
+    """What the model calls of one (UTC day, tenant, API key, agent, model) used: a row of
+    the spend ledger, or an amount added to one."""
+
+    day: str  # "YYYY-MM-DD", UTC
+    tenant: str
+    key: str  # the API key's name; "" for a token or no authentication
+    agent_key: str
+    model: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0  # in the price table's currency (0 when the model has no price)
+
+    @property
+    def where(self) -> tuple[str, str, str, str, str]:
+        return (self.day, self.tenant, self.key, self.agent_key, self.model)

@@ -40,7 +40,7 @@ from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
 from service.gateway.metadata import metadata_of
 from service.gateway.routes import Route, routes_of
 from service.gateway.sse import EventStream
-from service.gateway.status import failure, rpc_failure, shown, success
+from service.gateway.status import failure, retry_after, rpc_failure, shown, success
 from service.gateway.transcode import BadRequest, decode_request
 
 log = logging.getLogger("agw.http")
@@ -204,7 +204,7 @@ class HttpGateway:
                 response = await unary_call(message, metadata=metadata_of(request))
             except grpc.aio.AioRpcError as error:
                 status, envelope = rpc_failure(error)
-                return _json(envelope, status)
+                return _json(envelope, status, retry_after(envelope))
             if route.response_body:
                 response = getattr(response, route.response_body)
             return _json(success(codec.to_dict(response)))
@@ -268,8 +268,12 @@ def _serializer(message: Message) -> bytes:
     return message.SerializeToString()
 
 
-def _json(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+def _json(
+    body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
 
 
 class _EnvelopeError(Exception):

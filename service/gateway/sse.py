@@ -43,7 +43,7 @@ from aiohttp import web
 from google.protobuf.message import Message
 
 from service.gateway import codec
-from service.gateway.status import rpc_failure
+from service.gateway.status import retry_after, rpc_failure
 
 log = logging.getLogger("agw.http")
 
@@ -194,7 +194,10 @@ class EventStream:
         status, envelope = rpc_failure(error)
         if self.response is None:
             return web.Response(
-                status=status, body=orjson.dumps(envelope), content_type="application/json"
+                status=status,
+                body=orjson.dumps(envelope),
+                content_type="application/json",
+                headers=retry_after(envelope),
             )
         log.info("stream %s ended with %s", self.request.path, error.code().name)
         await self._write(frame(orjson.dumps(envelope), event="error"))

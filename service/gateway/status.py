@@ -16,6 +16,7 @@ answer (and a log line) stays small whatever the client sent.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import grpc
@@ -78,6 +79,17 @@ def failure(
     if metadata:
         body["metadata"] = metadata
     return body
+
+
+def retry_after(envelope: dict[str, Any]) -> dict[str, str]:
+    """The `Retry-After` header of a failure whose metadata says when to retry
+    (`retry_after_s`, as a quota's refusal does), in whole seconds; else none."""
+    value = (envelope.get("metadata") or {}).get("retry_after_s", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return {}
+    return {"Retry-After": str(max(0, math.ceil(seconds)))} if math.isfinite(seconds) else {}
 
 
 def rpc_failure(error: grpc.aio.AioRpcError) -> tuple[int, dict[str, Any]]:

@@ -20,10 +20,19 @@ here (`summaries.py`, `framing.py`, `run_refs.py`).
 | RunJournal | `files` | a SQLite file of the runs in flight (`files/journal.py`), the default |
 | RunJournal | `memory` | in-process (`local/stores.py`): runs outlive their task, not the process |
 | RunJournal | `none` | runs are not journaled: they end with their process |
+| QuotaCounters | `local` | in-process (`local/quotas.py`) |
+| QuotaCounters | `redis` | in Redis, shared by replicas (`redis/quotas.py`) |
+| AgentStore | `files` | none: agents come from the agents directory alone |
+| AgentStore | `memory` | in-process (`local/agents.py`) |
+| AgentStore | `postgres` | PostgreSQL, shared, changes notified (`postgres/agents.py`) |
+| SpendLedger | `files` | a SQLite file beside the run log (`files/ledger.py`) |
+| SpendLedger | `memory` | in-process (`local/quotas.py`) |
+| SpendLedger | `postgres` | PostgreSQL, shared by replicas (`postgres/ledger.py`) |
 
 Adding a backend is a new module in its backend's folder (a new folder for a new
 kind of storage) and one line in the tables below; the settings pick one by name
-(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`).
+(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`,
+`AGW_SPEND_LEDGER`, `AGW_AGENT_STORE`; the quota counters follow `AGW_RUN_BUS`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -33,23 +42,38 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.core.ports import ChatStore, RunBus, RunJournal, RunLog, UploadStore
+from service.core.agents.store import AgentStore
+from service.core.ports import (
+    ChatStore,
+    QuotaCounters,
+    RunBus,
+    RunJournal,
+    RunLog,
+    SpendLedger,
+    UploadStore,
+)
 from service.core.run.waits import Waits
 from service.state.files.chats import FsyncPolicy, JsonlChatStore
 from service.state.files.journal import FileRunJournal
+from service.state.files.ledger import FileSpendLedger
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
+from service.state.local.agents import LocalAgentStore
 from service.state.local.bus import LocalRunBus
+from service.state.local.quotas import LocalQuotaCounters, LocalSpendLedger
 from service.state.local.stores import (
     LocalChatStore,
     LocalRunJournal,
     LocalRunLog,
     LocalUploadStore,
 )
+from service.state.postgres.agents import PostgresAgentStore
 from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.ledger import PostgresSpendLedger
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
 from service.state.redis.bus import RedisRunBus
+from service.state.redis.quotas import RedisQuotaCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,4 +139,21 @@ RUN_JOURNALS: dict[str, Callable[[StateOptions], RunJournal | None]] = {
     "files": lambda o: FileRunJournal(o.runs_dir),
     "memory": lambda o: LocalRunJournal(),
     "none": lambda o: None,
+}
+
+QUOTA_COUNTERS: dict[str, Callable[[StateOptions], QuotaCounters]] = {
+    "local": lambda o: LocalQuotaCounters(),
+    "redis": lambda o: RedisQuotaCounters(o.redis_url, timeout_s=o.reply_timeout_s),
+}
+
+SPEND_LEDGERS: dict[str, Callable[[StateOptions], SpendLedger]] = {
+    "files": lambda o: FileSpendLedger(o.runs_dir),
+    "memory": lambda o: LocalSpendLedger(),
+    "postgres": lambda o: PostgresSpendLedger(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
+}
+
+AGENT_STORES: dict[str, Callable[[StateOptions], AgentStore | None]] = {
+    "files": lambda o: None,
+    "memory": lambda o: LocalAgentStore(),
+    "postgres": lambda o: PostgresAgentStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }

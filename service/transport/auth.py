@@ -11,6 +11,10 @@ and a configurable claim the tenant.
 
 With neither keys nor JWT configured, authentication is off and every caller is
 the anonymous principal.
+
+Roles: an API key lists its roles; a JWT names them in a claim (`roles` by default,
+a list or a string of names split by blanks). The agent store's RPCs need "admin"
+(`ADMIN`); with authentication off the one anonymous caller holds every role.
 """
 
 from __future__ import annotations
@@ -19,16 +23,19 @@ import asyncio
 import hashlib
 import hmac
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 
 from service.core.errors import Unauthenticated
-from service.core.ids import ANONYMOUS, Principal
+from service.core.ids import EVERY_ROLE, Principal
 
 log = logging.getLogger("agw.auth")
+
+#: Every caller while authentication is off: the anonymous principal, holding every role.
+UNCHECKED = Principal(roles=frozenset({EVERY_ROLE}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,7 @@ class JwtOptions:
     issuer: str = ""
     audience: str = ""
     tenant_claim: str = "tenant"
+    roles_claim: str = "roles"  # a list of role names, or one string of them split by blanks
     default_tenant: str = "default"
     leeway_s: float = 30.0
     jwks_cache_s: float = 300.0
@@ -77,7 +85,7 @@ class Authenticator:
     async def authenticate(self, metadata: Mapping[str, str]) -> Principal:
         """The principal of a call with these headers; Unauthenticated when none fits."""
         if not self.enabled:
-            return ANONYMOUS
+            return UNCHECKED
         header = metadata.get("authorization", "")
         scheme, _, token = header.strip().partition(" ")
         token = token.strip()
@@ -121,13 +129,26 @@ class Authenticator:
         if not isinstance(subject, str) or not subject:
             raise Unauthenticated("invalid token: no subject")
         tenant = claims.get(options.tenant_claim, options.default_tenant)
-        return Principal(str(tenant), subject)
+        return Principal(str(tenant), subject, roles=roles_of(claims.get(options.roles_claim)))
 
 
-def api_key(secret: str, tenant: str, subject: str) -> ApiKey:
-    """An accepted key given in clear (or as `sha256:<hex>`)."""
+def roles_of(claim: object) -> frozenset[str]:
+    """The roles a token's claim names: a list of names, or one string of them (as OAuth's
+    `scope`); anything else names none."""
+    if isinstance(claim, str):
+        return frozenset(claim.split())
+    if isinstance(claim, list):
+        return frozenset(role for role in claim if isinstance(role, str) and role)
+    return frozenset()
+
+
+def api_key(
+    secret: str, tenant: str, subject: str, *, name: str = "", roles: Iterable[str] = ()
+) -> ApiKey:
+    """An accepted key given in clear (or as `sha256:<hex>`); `name` names the key (its
+    quotas, its spend), by default its subject."""
     if secret.startswith("sha256:"):
         digest = secret.removeprefix("sha256:").lower()
     else:
         digest = hashlib.sha256(secret.encode()).hexdigest()
-    return ApiKey(digest, Principal(tenant, subject))
+    return ApiKey(digest, Principal(tenant, subject, key=name or subject, roles=frozenset(roles)))

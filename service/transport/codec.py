@@ -20,6 +20,7 @@ from google.protobuf import json_format, struct_pb2
 
 from service.core.agents.definition import AgentDefinition
 from service.core.agents.schema import Mode
+from service.core.agents.store import AgentChange, StoredAgent
 from service.core.commands import (
     ChatView,
     DebugLevel,
@@ -33,7 +34,7 @@ from service.core.commands import (
 )
 from service.core.errors import InvalidRequest
 from service.core.ids import ANONYMOUS, Principal
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, SpendEntry, StoredUpload
 
 STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_REJECT: "reject",
@@ -181,7 +182,37 @@ def submit_response(result: SubmitResult) -> gw.SubmitResponse:
     )
 
 
-def agent_message(agent: AgentDefinition) -> gw.Agent:
+AGENT_CHANGES: dict[AgentChange, gw.AgentChange.ValueType] = {
+    "created": gw.AGENT_CHANGE_CREATED,
+    "updated": gw.AGENT_CHANGE_UPDATED,
+    "rolled_back": gw.AGENT_CHANGE_ROLLED_BACK,
+    "seeded": gw.AGENT_CHANGE_SEEDED,
+}
+
+
+def agent_version(stored: StoredAgent) -> gw.AgentVersion:
+    definition = struct_pb2.Struct()
+    json_format.ParseDict(stored.definition, definition)
+    return gw.AgentVersion(
+        agent_key=stored.key,
+        version=stored.version,
+        definition=definition,
+        created_at=stored.created_at,
+        created_by=stored.created_by,
+        change=AGENT_CHANGES[stored.change],
+        source_version=stored.source_version,
+        comment=stored.comment,
+    )
+
+
+def definition_of(request: gw.CreateAgentRequest | gw.UpdateAgentRequest) -> dict[str, Any] | None:
+    """The request's definition given as JSON (None: not given)."""
+    return (
+        struct_value(request.definition, "definition") if request.HasField("definition") else None
+    )
+
+
+def agent_message(agent: AgentDefinition, version: int = 0) -> gw.Agent:
     model = agent.model_config_
     return gw.Agent(
         key=agent.key,
@@ -194,13 +225,14 @@ def agent_message(agent: AgentDefinition) -> gw.Agent:
         tools=agent.tool_names(),
         modes=[MODES[mode] for mode in agent.allowed_modes],
         examples=agent.examples,
+        version=version,
     )
 
 
-def agent_response(agent: AgentDefinition) -> gw.GetAgentResponse:
+def agent_response(agent: AgentDefinition, version: int = 0) -> gw.GetAgentResponse:
     definition = struct_pb2.Struct()
     json_format.ParseDict(agent.to_json_dict(), definition)
-    return gw.GetAgentResponse(agent=agent_message(agent), definition=definition)
+    return gw.GetAgentResponse(agent=agent_message(agent, version), definition=definition)
 
 
 def chat_summary(summary: ChatSummary) -> gw.ChatSummary:
@@ -237,6 +269,20 @@ def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatRe
             )
         )
     return response
+
+
+def spend_row(entry: SpendEntry) -> gw.SpendRow:
+    return gw.SpendRow(
+        day=entry.day,
+        tenant=entry.tenant,
+        api_key=entry.key,
+        agent_key=entry.agent_key,
+        model=entry.model,
+        calls=entry.calls,
+        prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens,
+        cost=entry.cost,
+    )
 
 
 #: The wire value of each kind of wait.

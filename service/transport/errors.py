@@ -9,10 +9,11 @@ so clients can branch on the reason rather than on the text.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from service.core import errors as e
@@ -34,6 +35,7 @@ GRPC_CODE: dict[e.Status, grpc.StatusCode] = {
     e.Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     e.Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     e.Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    e.Status.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     e.Status.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -56,10 +58,29 @@ def status_details(error: e.AgwError, code: grpc.StatusCode) -> bytes:
     info = any_pb2.Any()
     metadata = {k[:64]: _cut(v, MAX_METADATA_VALUE) for k, v in error.metadata.items()}
     info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata))
+    details = [info]
+    delay = _retry_delay(error)
+    if delay is not None:  # when to retry, as gRPC clients' retry policies read it
+        retry = any_pb2.Any()
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(retry)
     message = _cut(error.message, MAX_MESSAGE)
-    status = status_pb2.Status(code=code.value[0], message=message, details=[info])
+    status = status_pb2.Status(code=code.value[0], message=message, details=details)
     serialized: bytes = status.SerializeToString()
     return serialized
+
+
+def _retry_delay(error: e.AgwError) -> duration_pb2.Duration | None:
+    """The error's `retry_after_s` as a Duration, when it has one."""
+    try:
+        seconds = float(error.metadata["retry_after_s"])
+    except (KeyError, ValueError):
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    delay = duration_pb2.Duration()
+    delay.FromMilliseconds(round(seconds * 1000))
+    return delay
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: e.AgwError) -> None:

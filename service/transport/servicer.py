@@ -164,13 +164,55 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def ListAgents(
         self, request: gw.ListAgentsRequest, context: Context
     ) -> gw.ListAgentsResponse:
+        version = self.front.agents.version_of
         return gw.ListAgentsResponse(
-            agents=[codec.agent_message(a) for a in self.front.list_agents()]
+            agents=[codec.agent_message(a, version(a.key)) for a in self.front.list_agents()]
         )
 
     @unary
     async def GetAgent(self, request: gw.GetAgentRequest, context: Context) -> gw.GetAgentResponse:
-        return codec.agent_response(self.front.get_agent(request.agent_key))
+        agent = self.front.get_agent(request.agent_key)
+        return codec.agent_response(agent, self.front.agents.version_of(agent.key))
+
+    @unary
+    async def CreateAgent(
+        self, request: gw.CreateAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        catalog = self.front.catalog
+        definition = catalog.definition_of(codec.definition_of(request), request.definition_text)
+        stored = await catalog.create(principal(), request.agent_key, definition, request.comment)
+        return codec.agent_version(stored)
+
+    @unary
+    async def UpdateAgent(
+        self, request: gw.UpdateAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        catalog = self.front.catalog
+        definition = catalog.definition_of(codec.definition_of(request), request.definition_text)
+        stored = await catalog.update(
+            principal(), request.agent_key, definition, request.expected_version, request.comment
+        )
+        return codec.agent_version(stored)
+
+    @unary
+    async def RollbackAgent(
+        self, request: gw.RollbackAgentRequest, context: Context
+    ) -> gw.AgentVersion:
+        stored = await self.front.catalog.rollback(
+            principal(),
+            request.agent_key,
+            request.version,
+            request.expected_version,
+            request.comment,
+        )
+        return codec.agent_version(stored)
+
+    @unary
+    async def ListAgentVersions(
+        self, request: gw.ListAgentVersionsRequest, context: Context
+    ) -> gw.ListAgentVersionsResponse:
+        versions = await self.front.catalog.versions(principal(), request.agent_key)
+        return gw.ListAgentVersionsResponse(versions=[codec.agent_version(v) for v in versions])
 
     @unary
     async def Submit(self, request: gw.SubmitRequest, context: Context) -> gw.SubmitResponse:
@@ -182,7 +224,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         self, request: gw.ListChatsRequest, context: Context
     ) -> gw.ListChatsResponse:
         page, cursor = await self.front.list_chats(
-            request.page_size, request.page_token, principal()
+            request.page_size, request.page_token, principal(), request.name_contains
         )
         return gw.ListChatsResponse(
             chats=[codec.chat_summary(c) for c in page], next_page_token=cursor
@@ -203,6 +245,41 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         self, request: gw.ListModelsRequest, context: Context
     ) -> gw.ListModelsResponse:
         return await self.models()
+
+    @unary
+    async def RenameChat(
+        self, request: gw.RenameChatRequest, context: Context
+    ) -> gw.RenameChatResponse:
+        summary, event = await self.front.rename_chat(
+            request.chat_id, request.chat_name, principal(), request.request_id
+        )
+        return gw.RenameChatResponse(chat=codec.chat_summary(summary), event=event)
+
+    @unary
+    async def DeleteChat(
+        self, request: gw.DeleteChatRequest, context: Context
+    ) -> gw.DeleteChatResponse:
+        deleted = await self.front.delete_chat(
+            request.chat_id, principal(), cancel_active_run=request.cancel_active_run
+        )
+        return gw.DeleteChatResponse(
+            chat_id=deleted.chat_id,
+            cancelled_run_id=deleted.cancelled_run_id,
+            runs_deleted=deleted.runs,
+            uploads_deleted=deleted.uploads,
+        )
+
+    @unary
+    async def GetSpend(self, request: gw.GetSpendRequest, context: Context) -> gw.GetSpendResponse:
+        rows, first, last = await self.front.spend(
+            principal(), request.tenant, request.first_day, request.last_day
+        )
+        return gw.GetSpendResponse(
+            rows=[codec.spend_row(row) for row in rows],
+            currency=self.front.lifecycle.options.currency,
+            first_day=first,
+            last_day=last,
+        )
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:

@@ -53,4 +53,4 @@ async def test_node_client_interop(node: str, tmp_path: Path, provider: Loopback
         never.set()
     report = out.decode()
     assert process.returncode == 0, report
-    assert "# pass 7" in report and "# fail 0" in report, report
+    assert "# pass 8" in report and "# fail 0" in report, report

@@ -294,8 +294,9 @@ async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzServic
         "max_concurrent_runs": 16,
         "auth_api_keys": [
             ApiKeySettings(key=ALICE_KEY, tenant="t1", subject="alice"),
-            ApiKeySettings(key=BOB_KEY, tenant="t1", subject="bob"),
+            ApiKeySettings(key=BOB_KEY, tenant="t1", subject="bob", roles=["admin"]),
         ],
+        "agent_store": "memory",  # the agent store's calls reach a store (bob may write)
         "auth_jwt_secret": JWT_SECRET,
         **overrides,
     }

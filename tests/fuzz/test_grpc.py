@@ -62,6 +62,15 @@ def hints(service: FuzzService) -> Hints:
         "id": ids.values("uploads"),
         "after_seq": st.integers(0, 12),
         "page_token": st.just("") | strings(),
+        "chat_name": st.sampled_from(["Renamed", "", "  ", "x" * 201]) | strings(),
+        "name_contains": st.sampled_from(["", "hi", "HI", "%", "_"]) | strings(),
+        "tenant": st.sampled_from(["", "*", "acme", "other"]) | strings(),
+        "first_day": st.sampled_from(["", "2026-01-01", "2026-02-30", "1-1-1"]) | strings(),
+        "last_day": st.sampled_from(["", "2026-12-31", "9999-12-31"]) | strings(),
+        # (no valid definition: an agent written here would replace the agents the fuzzing runs)
+        "definition_text": st.sampled_from(["", "{", '{"mode": "ONESHOT"}', '"""']) | strings(),
+        "version": st.integers(-1, 4),
+        "expected_version": st.integers(-1, 4),
     }
 
 

@@ -197,6 +197,75 @@ CASES = [
         reply=gw.UploadResponse(reference=pb.Reference(id="u1", size_bytes=5)),
         data={"reference": {"id": "u1", "sizeBytes": 5}},
     ),
+    Case(
+        "RenameChat",
+        "PATCH",
+        "/api/chats/c1",
+        json={"chatName": "Trip", "requestId": "q3"},
+        sent=gw.RenameChatRequest(chat_id="c1", chat_name="Trip", request_id="q3"),
+        reply=gw.RenameChatResponse(chat=gw.ChatSummary(chat_id="c1", chat_name="Trip")),
+        data={"chat": {"chatId": "c1", "chatName": "Trip"}},
+    ),
+    Case(
+        "DeleteChat",
+        "DELETE",
+        "/api/chats/c1",
+        params=[("cancelActiveRun", "true")],
+        sent=gw.DeleteChatRequest(chat_id="c1", cancel_active_run=True),
+        reply=gw.DeleteChatResponse(chat_id="c1", cancelled_run_id="r1", runs_deleted=2),
+        data={"chatId": "c1", "cancelledRunId": "r1", "runsDeleted": 2},
+    ),
+    Case(
+        "GetSpend",
+        "GET",
+        "/api/spend",
+        params=[("tenant", "*"), ("firstDay", "2026-05-01")],
+        sent=gw.GetSpendRequest(tenant="*", first_day="2026-05-01"),
+        reply=gw.GetSpendResponse(
+            rows=[gw.SpendRow(day="2026-05-01", api_key="ci", calls=3, cost=0.5)], currency="USD"
+        ),
+        data={
+            "rows": [{"day": "2026-05-01", "apiKey": "ci", "calls": 3, "cost": 0.5}],
+            "currency": "USD",
+        },
+    ),
+    Case(
+        "CreateAgent",
+        "POST",
+        "/api/admin/agents",
+        json={"agentKey": "a", "definition": {"mode": "ONESHOT"}, "comment": "new"},
+        sent=gw.CreateAgentRequest(
+            agent_key="a", definition=struct({"mode": "ONESHOT"}), comment="new"
+        ),
+        reply=gw.AgentVersion(agent_key="a", version=1, change=gw.AGENT_CHANGE_CREATED),
+        data={"agentKey": "a", "version": 1, "change": "AGENT_CHANGE_CREATED"},
+    ),
+    Case(
+        "UpdateAgent",
+        "PUT",
+        "/api/admin/agents/a",
+        json={"definitionText": "{}", "expectedVersion": 1},
+        sent=gw.UpdateAgentRequest(agent_key="a", definition_text="{}", expected_version=1),
+        reply=gw.AgentVersion(agent_key="a", version=2),
+        data={"agentKey": "a", "version": 2},
+    ),
+    Case(
+        "RollbackAgent",
+        "POST",
+        "/api/admin/agents/a/rollback",
+        json={"version": 1},
+        sent=gw.RollbackAgentRequest(agent_key="a", version=1),
+        reply=gw.AgentVersion(agent_key="a", version=3, source_version=1),
+        data={"agentKey": "a", "version": 3, "sourceVersion": 1},
+    ),
+    Case(
+        "ListAgentVersions",
+        "GET",
+        "/api/admin/agents/a/versions",
+        sent=gw.ListAgentVersionsRequest(agent_key="a"),
+        reply=gw.ListAgentVersionsResponse(versions=[gw.AgentVersion(agent_key="a", version=1)]),
+        data={"versions": [{"agentKey": "a", "version": 1}]},
+    ),
 ]
 
 

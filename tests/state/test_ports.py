@@ -160,3 +160,84 @@ async def test_uploads_through_the_port_are_found_by_their_owner_only(
             await service.get(saved.id, other)
     mine = await service.save("notes.txt", b"hello", "", "")
     assert await service.get(mine.id) == (mine, b"hello")
+
+
+# -- chat lifecycle: renamed, searched, expired, deleted ---------------------------------
+
+
+def rename(chat_id: str, name: str, ts: int) -> dict:
+    return {"_type": "update", "chatId": chat_id, "updatedAt": ts, "chatName": name}
+
+
+async def test_a_renamed_chat_is_listed_and_searched_by_its_new_name(chats: ChatStore) -> None:
+    ada = Principal("acme", "ada")
+    for n, message in enumerate(["Weather in Paris", "Trip to Rome", "Paris again"]):
+        record = query(f"c{n}", "r1", message, 100 + n) | {"owner": ada.to_record()}
+        await chats.append(f"c{n}", [record])
+    await chats.append("c1", [rename("c1", "Holidays: PARIS and Rome", 200)])
+    summary = await chats.summary("c1")
+    assert summary is not None
+    assert (summary.chat_name, summary.run_count, summary.updated_at) == (
+        "Holidays: PARIS and Rome",
+        1,
+        200,
+    )
+    assert [r["_type"] for r in await chats.read("c1")] == ["query", "update"]
+    page, cursor = await chats.page(10, owner=ada, name_contains="paris")
+    assert [s.chat_id for s in page] == ["c1", "c2", "c0"] and cursor == ""
+    page, cursor = await chats.page(1, owner=ada, name_contains="Paris")
+    assert [s.chat_id for s in page] == ["c1"] and cursor
+    page, cursor = await chats.page(1, cursor, owner=ada, name_contains="Paris")
+    assert [s.chat_id for s in page] == ["c2"] and cursor
+    assert (await chats.page(10, owner=ada, name_contains="rome"))[0][0].chat_id == "c1"
+    assert (await chats.page(10, owner=ada, name_contains="london")) == ([], "")
+    assert (await chats.page(10, name_contains="paris")) == ([], "")  # another owner's
+
+
+async def test_expired_chats_are_found_oldest_first_whoever_owns_them(chats: ChatStore) -> None:
+    for n, owner in enumerate([ANONYMOUS, Principal("acme", "ada"), ANONYMOUS]):
+        record = query(f"c{n}", "r1", "hi", 100 * (n + 1)) | {"owner": owner.to_record()}
+        await chats.append(f"c{n}", [record])
+    await chats.append("c0", [step("c0", "r1", 1, 250)])  # changed later than c1
+    assert [s.chat_id for s in await chats.expired(300, 10)] == ["c1", "c0"]
+    assert [s.chat_id for s in await chats.expired(300, 1)] == ["c1"]
+    assert await chats.expired(100, 10) == []
+
+
+async def test_a_deleted_chat_is_gone_and_its_id_can_start_afresh(chats: ChatStore) -> None:
+    await chats.append("c0", [query("c0", "r1", "first", 1), step("c0", "r1", 1, 2)])
+    await chats.append("c1", [query("c1", "r1", "other", 3)])
+    assert await chats.delete("c0") is True
+    assert await chats.delete("c0") is False
+    assert await chats.summary("c0") is None
+    with pytest.raises(ChatNotFound):
+        await chats.read("c0")
+    assert [s.chat_id for s in (await chats.page(10))[0]] == ["c1"]
+    await chats.append("c0", [query("c0", "r2", "anew", 5)])
+    assert [r["runId"] for r in await chats.read("c0")] == ["r2"]
+    summary = await chats.summary("c0")
+    assert summary is not None and (summary.chat_name, summary.run_count) == ("anew", 1)
+
+
+async def test_run_logs_are_deleted_by_run(run_log: RunLog) -> None:
+    ids = ["0123456789abcdef", "fedcba9876543210"]
+    for run_id in ids:
+        event = events.run_complete("stop")
+        event.seq, event.run_id, event.type = 1, run_id, "run.complete"
+        await run_log.save(run_id, [event])
+    assert await run_log.delete([ids[0], "never-kept", "../bad"]) == 1
+    assert await run_log.load(ids[0]) is None
+    assert await run_log.load(ids[1]) is not None
+    assert await run_log.delete([]) == 0
+
+
+async def test_the_uploads_of_a_chat_are_deleted_with_it(uploads: UploadStore) -> None:
+    def upload(upload_id: str, chat_id: str) -> StoredUpload:
+        return StoredUpload(upload_id, "a.txt", "file", "text/plain", 1, "ab" * 32, chat_id)
+
+    kept = [upload("f_000000000000000" + str(n), chat) for n, chat in enumerate("aab")]
+    for item in kept:
+        await uploads.put(item, b"x")
+    assert await uploads.delete_chat("a") == 2
+    assert [await uploads.get(u.id) is None for u in kept] == [True, True, False]
+    assert await uploads.delete_chat("a") == 0

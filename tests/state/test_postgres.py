@@ -50,12 +50,15 @@ async def tables(dsn: str) -> list[str]:
 
 # -- migrations ------------------------------------------------------------------------
 
+#: The versions of the migrations shipped, in order.
+SHIPPED = [1, 2, 3, 10, 11, 12]
+
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
-    assert [m.version for m in migrations()] == [1, 2, 3]
+    assert [m.version for m in migrations()] == SHIPPED
     connection = await asyncpg.connect(postgres_dsn)
     try:
-        assert await migrate(connection) == [1, 2, 3]
+        assert await migrate(connection) == SHIPPED
         assert await migrate(connection) == []
     finally:
         await connection.close()
@@ -67,10 +70,12 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         await backend.open()
         await backend.close()
     assert await tables(postgres_dsn) == [
+        "agent_versions",
         "chat_records",
         "chats",
         "run_logs",
         "schema_migrations",
+        "spend_ledger",
         "uploads",
     ]
 
@@ -81,7 +86,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
     connections = [await asyncpg.connect(postgres_dsn) for _ in range(6)]
     try:
         applied = await asyncio.gather(*(migrate(c) for c in connections))
-        assert sorted(applied) == [[], [], [], [], [], [1, 2, 3]]
+        assert sorted(applied) == [[], [], [], [], [], SHIPPED]
         rows = await connections[0].fetch(
             "SELECT version, name FROM schema_migrations ORDER BY version"
         )
@@ -89,6 +94,9 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (1, "initial"),
             (2, "uploads"),
             (3, "drop_run_registry"),
+            (10, "chat_lifecycle"),
+            (11, "spend_ledger"),
+            (12, "agent_store"),
         ]
     finally:
         for connection in connections:
@@ -102,7 +110,7 @@ async def test_a_database_of_an_earlier_version_loses_the_unused_run_registry(
     try:
         assert await migrate(connection, migrations()[:2]) == [1, 2]
         assert {"runs", "mailbox"} <= set(await tables(postgres_dsn))
-        assert await migrate(connection) == [3]
+        assert await migrate(connection) == SHIPPED[2:]
         sequences = await connection.fetch("SELECT relname FROM pg_class WHERE relkind = 'S'")
         assert "run_fences" not in {row["relname"] for row in sequences}
     finally:
@@ -122,7 +130,7 @@ async def test_a_new_migration_applies_on_top_and_a_broken_one_leaves_nothing(
         with pytest.raises(asyncpg.UndefinedColumnError):
             await migrate(connection, [*migrations(), later, broken])
         versions = await connection.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [row["version"] for row in versions] == [1, 2, 3, 100]
+        assert [row["version"] for row in versions] == [*SHIPPED, 100]
     finally:
         await connection.close()
     assert "half" not in await tables(postgres_dsn)

@@ -389,7 +389,7 @@ async def test_a_chat_beyond_the_context_budget_is_truncated_by_whole_turns(
     async with Harness.start(agents_dir, provider, context_max_tokens=60) as gateway:
         chat = ""
         for n in range(3):
-            provider.enqueue(answer(f"answer {n} " + "x" * 80))
+            provider.enqueue(answer(f"answer {n} " + " ".join(["xx"] * 27)))
             events = await gateway.query("plain", f"question {n}", chat_id=chat)
             chat = events[0].chat_id
     compress = [e.context_compress for e in events if e.type == "context.compress"]

@@ -115,6 +115,7 @@ def test_status_codes_are_the_contract() -> None:
         "OVERLOADED": "RESOURCE_EXHAUSTED",
         "PAYLOAD_TOO_LARGE": "RESOURCE_EXHAUSTED",
         "BUDGET_EXHAUSTED": "RESOURCE_EXHAUSTED",
+        "QUOTA_EXCEEDED": "RESOURCE_EXHAUSTED",
         "SHUTTING_DOWN": "UNAVAILABLE",
         "PROVIDER_ERROR": "UNAVAILABLE",
         "PROVIDER_STREAM_ERROR": "UNAVAILABLE",
@@ -126,6 +127,7 @@ def test_status_codes_are_the_contract() -> None:
         "SANDBOX_UNAVAILABLE": "INTERNAL",
         "PLAN_FAILED": "INTERNAL",
         "UNAUTHENTICATED": "UNAUTHENTICATED",
+        "PERMISSION_DENIED": "PERMISSION_DENIED",
     }
     # a subclass without its own entry takes its nearest listed base's status
     from service.core.agents.loader import AgentDefinitionError

@@ -22,7 +22,7 @@ from agw.v1 import gateway_pb2_grpc
 
 from agw_client.errors import from_rpc_error
 from agw_client.fold import RunFolder, RunResult
-from agw_client.messages import new_request_id, query_request, to_value
+from agw_client.messages import new_request_id, query_request, set_definition, to_value
 from agw_client.options import ClientOptions, call_kwargs, resolve_options
 
 
@@ -196,12 +196,99 @@ class AsyncClient:
         response: gw.GetAgentResponse = await self._unary(self.stub.GetAgent, request, deadline)
         return response
 
+    # The agent store (role "admin")
+
+    async def create_agent(
+        self,
+        agent_key: str,
+        definition: dict[str, Any] | str,
+        *,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """Version 1 of an agent in the agent store: `definition` as JSON data, or as the
+        text of an agent file."""
+        request = gw.CreateAgentRequest(agent_key=agent_key, comment=comment)
+        set_definition(request, definition)
+        response: gw.AgentVersion = await self._unary(self.stub.CreateAgent, request, deadline)
+        return response
+
+    async def update_agent(
+        self,
+        agent_key: str,
+        definition: dict[str, Any] | str,
+        *,
+        expected_version: int = 0,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """The next version of a stored agent (`expected_version`: the one it replaces)."""
+        request = gw.UpdateAgentRequest(
+            agent_key=agent_key, expected_version=expected_version, comment=comment
+        )
+        set_definition(request, definition)
+        response: gw.AgentVersion = await self._unary(self.stub.UpdateAgent, request, deadline)
+        return response
+
+    async def rollback_agent(
+        self,
+        agent_key: str,
+        version: int,
+        *,
+        expected_version: int = 0,
+        comment: str = "",
+        deadline: float | None = None,
+    ) -> gw.AgentVersion:
+        """A new version of a stored agent with the definition of its `version`."""
+        request = gw.RollbackAgentRequest(
+            agent_key=agent_key, version=version, expected_version=expected_version, comment=comment
+        )
+        response: gw.AgentVersion = await self._unary(self.stub.RollbackAgent, request, deadline)
+        return response
+
+    async def list_agent_versions(
+        self, agent_key: str, *, deadline: float | None = None
+    ) -> list[gw.AgentVersion]:
+        """Every version of a stored agent, newest first."""
+        request = gw.ListAgentVersionsRequest(agent_key=agent_key)
+        response = await self._unary(self.stub.ListAgentVersions, request, deadline)
+        return list(response.versions)
+
     async def list_chats(
-        self, page_size: int = 0, page_token: str = "", *, deadline: float | None = None
+        self,
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        name_contains: str = "",
+        deadline: float | None = None,
     ) -> gw.ListChatsResponse:
-        """One page of chats, newest first."""
-        request = gw.ListChatsRequest(page_size=page_size, page_token=page_token)
+        """One page of chats, newest first (with `name_contains`: those whose name contains
+        it, ignoring case)."""
+        request = gw.ListChatsRequest(
+            page_size=page_size, page_token=page_token, name_contains=name_contains
+        )
         response: gw.ListChatsResponse = await self._unary(self.stub.ListChats, request, deadline)
+        return response
+
+    async def rename_chat(
+        self, chat_id: str, chat_name: str, *, deadline: float | None = None
+    ) -> gw.RenameChatResponse:
+        """Rename a chat; its `chat.update` event is in the answer and in its history."""
+        request = gw.RenameChatRequest(
+            chat_id=chat_id, chat_name=chat_name, request_id=new_request_id()
+        )
+        response: gw.RenameChatResponse = await self._unary(self.stub.RenameChat, request, deadline)
+        return response
+
+    async def delete_chat(
+        self, chat_id: str, *, cancel_active_run: bool = False, deadline: float | None = None
+    ) -> gw.DeleteChatResponse:
+        """Delete a chat and everything of it; with `cancel_active_run`, its run in progress
+        is cancelled first (else such a chat is refused: `ChatBusy`)."""
+        request = gw.DeleteChatRequest(
+            chat_id=chat_id, cancel_active_run=cancel_active_run, request_id=new_request_id()
+        )
+        response: gw.DeleteChatResponse = await self._unary(self.stub.DeleteChat, request, deadline)
         return response
 
     async def iter_chats(self, page_size: int = 0) -> AsyncIterator[gw.ChatSummary]:
@@ -229,6 +316,20 @@ class AsyncClient:
             chat_id=chat_id, include_raw_messages=include_raw_messages, live_run_only=live_run_only
         )
         response: gw.GetChatResponse = await self._unary(self.stub.GetChat, request, deadline)
+        return response
+
+    async def get_spend(
+        self,
+        *,
+        tenant: str = "",
+        first_day: str = "",
+        last_day: str = "",
+        deadline: float | None = None,
+    ) -> gw.GetSpendResponse:
+        """What runs used (calls, tokens, cost) by day, tenant, API key, agent and model: the
+        caller's tenant, or (role "admin") `tenant`, "*" for all; this month by default."""
+        request = gw.GetSpendRequest(tenant=tenant, first_day=first_day, last_day=last_day)
+        response: gw.GetSpendResponse = await self._unary(self.stub.GetSpend, request, deadline)
         return response
 
     async def upload(

@@ -192,6 +192,21 @@ class PayloadTooLarge(ResourceExhausted):
     """A payload or upload exceeds its configured limit."""
 
 
+class QuotaExceeded(ResourceExhausted):
+    """The caller's tenant or API key used up a quota; retry after `retry_after` seconds.
+
+    `metadata` names the `quota` (concurrent_runs, requests_per_minute, tokens_per_day,
+    spend_per_month), its `scope` (tenant or key) and `limit`."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds to wait before trying again, as the gateway said (None: not said)."""
+        try:
+            return float(self.metadata["retry_after_s"])
+        except (KeyError, ValueError):
+            return None
+
+
 class BudgetExhausted(ResourceExhausted):
     """A run used up one of its budgets (once the run started: `RunFailed` with this reason)."""
 
@@ -244,6 +259,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_OVERLOADED: Overloaded,
     errors_pb2.ERROR_REASON_PAYLOAD_TOO_LARGE: PayloadTooLarge,
     errors_pb2.ERROR_REASON_BUDGET_EXHAUSTED: BudgetExhausted,
+    errors_pb2.ERROR_REASON_QUOTA_EXCEEDED: QuotaExceeded,
     errors_pb2.ERROR_REASON_SHUTTING_DOWN: ShuttingDown,
     errors_pb2.ERROR_REASON_PROVIDER_ERROR: ProviderError,
     errors_pb2.ERROR_REASON_PROVIDER_STREAM_ERROR: ProviderError,
@@ -255,6 +271,7 @@ _CLASS_OF: dict[errors_pb2.ErrorReason.ValueType, type[RpcError]] = {
     errors_pb2.ERROR_REASON_SANDBOX_UNAVAILABLE: Internal,
     errors_pb2.ERROR_REASON_PLAN_FAILED: Internal,
     errors_pb2.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
+    errors_pb2.ERROR_REASON_PERMISSION_DENIED: PermissionDenied,
 }
 
 _PREFIX = "ERROR_REASON_"

@@ -166,3 +166,12 @@ def _unquote_int64(message: Message, data: dict[str, Any]) -> None:
 def _is_well_known(field: Any) -> bool:
     name: str = field.message_type.full_name
     return name.startswith("google.protobuf.")
+
+
+def set_definition(request: Any, definition: dict[str, Any] | str) -> None:
+    """Put an agent's definition in a CreateAgent or UpdateAgent request: JSON data as
+    `definition`, an agent file's text as `definition_text`."""
+    if isinstance(definition, str):
+        request.definition_text = definition
+    else:
+        request.definition.update(definition)

@@ -77,6 +77,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """RESOURCE_EXHAUSTED, "run.error": a run used up one of its budgets (model
     calls, tool calls, steps, time; metadata `budget`).
     """
+    ERROR_REASON_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 33
+    """RESOURCE_EXHAUSTED: the caller's tenant or API key used up one of its quotas
+    (metadata `quota`: concurrent_runs, requests_per_minute, tokens_per_day or
+    spend_per_month; `scope`: tenant or key; `limit`; `retry_after_s`, also sent as a
+    google.rpc.RetryInfo detail and, over HTTP, the Retry-After header).
+    """
     ERROR_REASON_SHUTTING_DOWN: _ErrorReason.ValueType  # 40
     """UNAVAILABLE: the service is draining and accepts no new runs."""
     ERROR_REASON_PROVIDER_ERROR: _ErrorReason.ValueType  # 41
@@ -127,6 +133,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """UNAUTHENTICATED: the call carries no valid credentials (an API key or a
     bearer token, in the `authorization` header).
     """
+    ERROR_REASON_PERMISSION_DENIED: _ErrorReason.ValueType  # 71
+    """PERMISSION_DENIED: the caller's credentials lack the role the call needs (metadata
+    `role`, e.g. "admin" for the agent store's RPCs).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused or a run or plan task failed."""
@@ -172,6 +182,12 @@ ERROR_REASON_PAYLOAD_TOO_LARGE: ErrorReason.ValueType  # 31
 ERROR_REASON_BUDGET_EXHAUSTED: ErrorReason.ValueType  # 32
 """RESOURCE_EXHAUSTED, "run.error": a run used up one of its budgets (model
 calls, tool calls, steps, time; metadata `budget`).
+"""
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason.ValueType  # 33
+"""RESOURCE_EXHAUSTED: the caller's tenant or API key used up one of its quotas
+(metadata `quota`: concurrent_runs, requests_per_minute, tokens_per_day or
+spend_per_month; `scope`: tenant or key; `limit`; `retry_after_s`, also sent as a
+google.rpc.RetryInfo detail and, over HTTP, the Retry-After header).
 """
 ERROR_REASON_SHUTTING_DOWN: ErrorReason.ValueType  # 40
 """UNAVAILABLE: the service is draining and accepts no new runs."""
@@ -222,5 +238,9 @@ again.
 ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 70
 """UNAUTHENTICATED: the call carries no valid credentials (an API key or a
 bearer token, in the `authorization` header).
+"""
+ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 71
+"""PERMISSION_DENIED: the caller's credentials lack the role the call needs (metadata
+`role`, e.g. "admin" for the agent store's RPCs).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

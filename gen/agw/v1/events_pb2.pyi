@@ -198,7 +198,9 @@ class Event(_message.Message):
 
     @_builtins.property
     def chat_update(self) -> Global___ChatUpdate:
-        """"chat.update": reserved; not emitted."""
+        """"chat.update": the chat was changed (renamed by RenameChat). It happens outside any
+        run: its `run_id` is empty; in GetChat's history it stands where it happened.
+        """
 
     @_builtins.property
     def plan_create(self) -> Global___PlanCreate:
@@ -681,21 +683,29 @@ Global___ChatStart: _TypeAlias = ChatStart  # noqa: Y015
 
 @_typing.final
 class ChatUpdate(_message.Message):
-    """Payload of "chat.update" (reserved, not emitted)."""
+    """Payload of "chat.update": what changed in the chat."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     CHAT_NAME_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_CHAT_NAME_FIELD_NUMBER: _builtins.int
     chat_name: _builtins.str
-    """New name of the chat."""
+    """The chat's name from now on."""
+    request_id: _builtins.str
+    """The client's id for the request that changed the chat."""
+    previous_chat_name: _builtins.str
+    """The name the chat had before."""
     def __init__(
         self,
         *,
         chat_name: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        previous_chat_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_name", b"chat_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_name", b"chat_name", "previous_chat_name", b"previous_chat_name", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -150,6 +150,38 @@ AGENT_MODE_PLAN_EXECUTE: AgentMode.ValueType  # 3
 """Plan tasks, execute each, optionally summarize."""
 Global___AgentMode: _TypeAlias = AgentMode  # noqa: Y015
 
+class _AgentChange:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AgentChangeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AgentChange.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    AGENT_CHANGE_UNSPECIFIED: _AgentChange.ValueType  # 0
+    """Not set."""
+    AGENT_CHANGE_CREATED: _AgentChange.ValueType  # 1
+    """CreateAgent."""
+    AGENT_CHANGE_UPDATED: _AgentChange.ValueType  # 2
+    """UpdateAgent."""
+    AGENT_CHANGE_ROLLED_BACK: _AgentChange.ValueType  # 3
+    """RollbackAgent: the definition of `source_version` again."""
+    AGENT_CHANGE_SEEDED: _AgentChange.ValueType  # 4
+    """Written from the agents directory's file (AGW_AGENT_STORE_SEED)."""
+
+class AgentChange(_AgentChange, metaclass=_AgentChangeEnumTypeWrapper):
+    """How a version of a stored agent came to be."""
+
+AGENT_CHANGE_UNSPECIFIED: AgentChange.ValueType  # 0
+"""Not set."""
+AGENT_CHANGE_CREATED: AgentChange.ValueType  # 1
+"""CreateAgent."""
+AGENT_CHANGE_UPDATED: AgentChange.ValueType  # 2
+"""UpdateAgent."""
+AGENT_CHANGE_ROLLED_BACK: AgentChange.ValueType  # 3
+"""RollbackAgent: the definition of `source_version` again."""
+AGENT_CHANGE_SEEDED: AgentChange.ValueType  # 4
+"""Written from the agents directory's file (AGW_AGENT_STORE_SEED)."""
+Global___AgentChange: _TypeAlias = AgentChange  # noqa: Y015
+
 class _WaitKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -427,6 +459,7 @@ class Agent(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     MODES_FIELD_NUMBER: _builtins.int
     EXAMPLES_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Key of the agent (its file name)."""
     name: _builtins.str
@@ -441,6 +474,10 @@ class Agent(_message.Message):
     """Provider key of the default model."""
     model: _builtins.str
     """Default model name."""
+    version: _builtins.int
+    """The agent store's version served (see CreateAgent); 0 when the agent comes from a
+    file of the agents directory.
+    """
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the tools the agent may use, all stages together."""
@@ -468,14 +505,227 @@ class Agent(_message.Message):
         tools: _abc.Iterable[_builtins.str] | None = ...,
         modes: _abc.Iterable[Global___AgentMode.ValueType] | None = ...,
         examples: _abc.Iterable[_builtins.str] | None = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "examples", b"examples", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "examples", b"examples", "icon", b"icon", "key", b"key", "mode", b"mode", "model", b"model", "modes", b"modes", "name", b"name", "provider_key", b"provider_key", "tools", b"tools", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class AgentVersion(_message.Message):
+    """One version of an agent of the agent store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    CHANGE_FIELD_NUMBER: _builtins.int
+    SOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the agent."""
+    version: _builtins.int
+    """The version: 1, 2, ... per key; the newest is served."""
+    created_at: _builtins.int
+    """When it was written, ms since the Unix epoch."""
+    created_by: _builtins.str
+    """Who wrote it: "tenant/subject" of the caller."""
+    change: Global___AgentChange.ValueType
+    """How it came to be."""
+    source_version: _builtins.int
+    """For a rollback, the version whose definition it restored; 0 otherwise."""
+    comment: _builtins.str
+    """The writer's note."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The definition, in the agent file's JSON shape, as it was written."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        version: _builtins.int = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        created_at: _builtins.int = ...,
+        created_by: _builtins.str = ...,
+        change: Global___AgentChange.ValueType = ...,
+        source_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "change", b"change", "comment", b"comment", "created_at", b"created_at", "created_by", b"created_by", "definition", b"definition", "source_version", b"source_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentVersion: _TypeAlias = AgentVersion  # noqa: Y015
+
+@_typing.final
+class CreateAgentRequest(_message.Message):
+    """Request of CreateAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    DEFINITION_TEXT_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the new agent (as a file name would be: letters, digits, '_', '.', '-')."""
+    definition_text: _builtins.str
+    """The definition as an agent file's text (multi-line `\"\"\"` prompts allowed); or
+    `definition`.
+    """
+    comment: _builtins.str
+    """A note kept with the version."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The definition as JSON (an agent file's content); or `definition_text`."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        definition_text: _builtins.str = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "definition", b"definition", "definition_text", b"definition_text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAgentRequest: _TypeAlias = CreateAgentRequest  # noqa: Y015
+
+@_typing.final
+class UpdateAgentRequest(_message.Message):
+    """Request of UpdateAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    DEFINITION_TEXT_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    definition_text: _builtins.str
+    """The new definition as an agent file's text; or `definition`."""
+    expected_version: _builtins.int
+    """The version this update replaces: another one being current is FAILED_PRECONDITION
+    (CONFLICT); 0 replaces whatever is current.
+    """
+    comment: _builtins.str
+    """A note kept with the version."""
+    @_builtins.property
+    def definition(self) -> _struct_pb2.Struct:
+        """The new definition as JSON; or `definition_text`."""
+
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        definition: _struct_pb2.Struct | None = ...,
+        definition_text: _builtins.str = ...,
+        expected_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "definition", b"definition", "definition_text", b"definition_text", "expected_version", b"expected_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateAgentRequest: _TypeAlias = UpdateAgentRequest  # noqa: Y015
+
+@_typing.final
+class RollbackAgentRequest(_message.Message):
+    """Request of RollbackAgent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    version: _builtins.int
+    """The version whose definition becomes current again (as a new version)."""
+    expected_version: _builtins.int
+    """As in UpdateAgentRequest: the version this replaces, 0 for whatever is current."""
+    comment: _builtins.str
+    """A note kept with the version."""
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+        version: _builtins.int = ...,
+        expected_version: _builtins.int = ...,
+        comment: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "comment", b"comment", "expected_version", b"expected_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RollbackAgentRequest: _TypeAlias = RollbackAgentRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentVersionsRequest(_message.Message):
+    """Request of ListAgentVersions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    agent_key: _builtins.str
+    """Key of the stored agent."""
+    def __init__(
+        self,
+        *,
+        agent_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentVersionsRequest: _TypeAlias = ListAgentVersionsRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentVersionsResponse(_message.Message):
+    """Response of ListAgentVersions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentVersion]:
+        """Every version, newest first."""
+
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___AgentVersion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentVersionsResponse: _TypeAlias = ListAgentVersionsResponse  # noqa: Y015
 
 @_typing.final
 class ListAgentsRequest(_message.Message):
@@ -620,19 +870,23 @@ class ListChatsRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    NAME_CONTAINS_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum chats to return; the server's default when 0."""
     page_token: _builtins.str
-    """Token from a previous response's `next_page_token`."""
+    """Token from a previous response's `next_page_token` (of the same `name_contains`)."""
+    name_contains: _builtins.str
+    """Only the chats whose name contains this text, ignoring case (at most 200 characters)."""
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        name_contains: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name_contains", b"name_contains", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -751,6 +1005,132 @@ class GetChatResponse(_message.Message):
 Global___GetChatResponse: _TypeAlias = GetChatResponse  # noqa: Y015
 
 @_typing.final
+class RenameChatRequest(_message.Message):
+    """Request of RenameChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CHAT_NAME_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the chat (required)."""
+    chat_name: _builtins.str
+    """The new name: 1-200 characters, not only blanks; kept on one line (blanks collapsed)."""
+    request_id: _builtins.str
+    """The client's id for the request; generated when empty."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        chat_name: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "chat_name", b"chat_name", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameChatRequest: _TypeAlias = RenameChatRequest  # noqa: Y015
+
+@_typing.final
+class RenameChatResponse(_message.Message):
+    """Response of RenameChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def chat(self) -> Global___ChatSummary:
+        """The chat with its new name."""
+
+    @_builtins.property
+    def event(self) -> _events_pb2.Event:
+        """The "chat.update" event recorded in the chat's history."""
+
+    def __init__(
+        self,
+        *,
+        chat: Global___ChatSummary | None = ...,
+        event: _events_pb2.Event | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameChatResponse: _TypeAlias = RenameChatResponse  # noqa: Y015
+
+@_typing.final
+class DeleteChatRequest(_message.Message):
+    """Request of DeleteChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CANCEL_ACTIVE_RUN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the chat (required)."""
+    cancel_active_run: _builtins.bool
+    """Cancel the chat's run in progress, if any, before deleting; unset, such a chat is
+    refused with FAILED_PRECONDITION (reason CHAT_BUSY).
+    """
+    request_id: _builtins.str
+    """The client's id for the request."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        cancel_active_run: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_active_run", b"cancel_active_run", "chat_id", b"chat_id", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteChatRequest: _TypeAlias = DeleteChatRequest  # noqa: Y015
+
+@_typing.final
+class DeleteChatResponse(_message.Message):
+    """Response of DeleteChat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    CANCELLED_RUN_ID_FIELD_NUMBER: _builtins.int
+    RUNS_DELETED_FIELD_NUMBER: _builtins.int
+    UPLOADS_DELETED_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """Id of the deleted chat."""
+    cancelled_run_id: _builtins.str
+    """The run cancelled first (with `cancel_active_run`), if any."""
+    runs_deleted: _builtins.int
+    """How many runs the chat had (their event logs and journal entries are deleted)."""
+    uploads_deleted: _builtins.int
+    """How many uploaded files of the chat were deleted."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        cancelled_run_id: _builtins.str = ...,
+        runs_deleted: _builtins.int = ...,
+        uploads_deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled_run_id", b"cancelled_run_id", "chat_id", b"chat_id", "runs_deleted", b"runs_deleted", "uploads_deleted", b"uploads_deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteChatResponse: _TypeAlias = DeleteChatResponse  # noqa: Y015
+
+@_typing.final
 class LiveRun(_message.Message):
     """A chat's run in progress, as any replica sees it."""
 
@@ -819,6 +1199,130 @@ class PendingWait(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PendingWait: _TypeAlias = PendingWait  # noqa: Y015
+
+@_typing.final
+class GetSpendRequest(_message.Message):
+    """Request of GetSpend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    FIRST_DAY_FIELD_NUMBER: _builtins.int
+    LAST_DAY_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant to read: empty for the caller's own; another tenant, or "*" for every
+    tenant, needs the role "admin".
+    """
+    first_day: _builtins.str
+    """The first UTC day, "YYYY-MM-DD" (included); the first day of this month when empty."""
+    last_day: _builtins.str
+    """The last UTC day, "YYYY-MM-DD" (included; at most 366 days after the first); today
+    when empty.
+    """
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        first_day: _builtins.str = ...,
+        last_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_day", b"first_day", "last_day", b"last_day", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSpendRequest: _TypeAlias = GetSpendRequest  # noqa: Y015
+
+@_typing.final
+class SpendRow(_message.Message):
+    """What the model calls of one UTC day, tenant, API key, agent and model used."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAY_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    API_KEY_FIELD_NUMBER: _builtins.int
+    AGENT_KEY_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    day: _builtins.str
+    """The UTC day, "YYYY-MM-DD"."""
+    tenant: _builtins.str
+    """The tenant of the runs' callers."""
+    api_key: _builtins.str
+    """The name of the callers' API key; empty for a bearer token or no authentication."""
+    agent_key: _builtins.str
+    """The agent that ran."""
+    model: _builtins.str
+    """The model called."""
+    calls: _builtins.int
+    """Model calls."""
+    prompt_tokens: _builtins.int
+    """Prompt tokens, as the provider reported them."""
+    completion_tokens: _builtins.int
+    """Completion tokens, as the provider reported them."""
+    cost: _builtins.float
+    """Cost in `currency`, by the price table (0 for a model without a price)."""
+    def __init__(
+        self,
+        *,
+        day: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        api_key: _builtins.str = ...,
+        agent_key: _builtins.str = ...,
+        model: _builtins.str = ...,
+        calls: _builtins.int = ...,
+        prompt_tokens: _builtins.int = ...,
+        completion_tokens: _builtins.int = ...,
+        cost: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_key", b"agent_key", "api_key", b"api_key", "calls", b"calls", "completion_tokens", b"completion_tokens", "cost", b"cost", "day", b"day", "model", b"model", "prompt_tokens", b"prompt_tokens", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpendRow: _TypeAlias = SpendRow  # noqa: Y015
+
+@_typing.final
+class GetSpendResponse(_message.Message):
+    """Response of GetSpend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    CURRENCY_FIELD_NUMBER: _builtins.int
+    FIRST_DAY_FIELD_NUMBER: _builtins.int
+    LAST_DAY_FIELD_NUMBER: _builtins.int
+    currency: _builtins.str
+    """The currency of the costs (the price table's)."""
+    first_day: _builtins.str
+    """The first day read."""
+    last_day: _builtins.str
+    """The last day read."""
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpendRow]:
+        """The rows, by day, tenant, API key, agent and model."""
+
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[Global___SpendRow] | None = ...,
+        currency: _builtins.str = ...,
+        first_day: _builtins.str = ...,
+        last_day: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["currency", b"currency", "first_day", b"first_day", "last_day", b"last_day", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSpendResponse: _TypeAlias = GetSpendResponse  # noqa: Y015
 
 @_typing.final
 class UploadRequest(_message.Message):

@@ -66,6 +66,26 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.GetAgentRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.GetAgentResponse.FromString,
                 _registered_method=True)
+        self.CreateAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/CreateAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.UpdateAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/UpdateAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.RollbackAgent = channel.unary_unary(
+                '/agw.v1.AgentGateway/RollbackAgent',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+                _registered_method=True)
+        self.ListAgentVersions = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListAgentVersions',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.FromString,
+                _registered_method=True)
         self.ListChats = channel.unary_unary(
                 '/agw.v1.AgentGateway/ListChats',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.ListChatsRequest.SerializeToString,
@@ -75,6 +95,21 @@ class AgentGatewayStub:
                 '/agw.v1.AgentGateway/GetChat',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.GetChatRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.GetChatResponse.FromString,
+                _registered_method=True)
+        self.RenameChat = channel.unary_unary(
+                '/agw.v1.AgentGateway/RenameChat',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.RenameChatRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.RenameChatResponse.FromString,
+                _registered_method=True)
+        self.DeleteChat = channel.unary_unary(
+                '/agw.v1.AgentGateway/DeleteChat',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
+                _registered_method=True)
+        self.GetSpend = channel.unary_unary(
+                '/agw.v1.AgentGateway/GetSpend',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.GetSpendRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.GetSpendResponse.FromString,
                 _registered_method=True)
         self.Upload = channel.unary_unary(
                 '/agw.v1.AgentGateway/Upload',
@@ -139,6 +174,38 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAgent(self, request, context):
+        """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+        version 1, validated like an agent file, served at once by every replica in place of
+        a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAgent(self, request, context):
+        """Writes the next version of a stored agent (role "admin"), validated like an agent
+        file; runs already started keep the version they started with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackAgent(self, request, context):
+        """Writes the next version of a stored agent with the definition of an earlier version
+        (role "admin"): versions are never removed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgentVersions(self, request, context):
+        """Every version of a stored agent, newest first (role "admin").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListChats(self, request, context):
         """Lists chats, newest first.
         """
@@ -148,6 +215,33 @@ class AgentGatewayServicer:
 
     def GetChat(self, request, context):
         """Returns a chat's history as replayable events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenameChat(self, request, context):
+        """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+        is returned; ListChats and GetChat show the new name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteChat(self, request, context):
+        """Deletes a chat and everything of it: its records, the event logs of its runs, the
+        files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+        keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+        reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+        (it ends with `run.cancel`, reason "chat_deleted").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSpend(self, request, context):
+        """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+        agent and model: the caller's own tenant, or (role "admin") any tenant.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -201,6 +295,26 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.GetAgentRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.GetAgentResponse.SerializeToString,
             ),
+            'CreateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'UpdateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'RollbackAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackAgent,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.AgentVersion.SerializeToString,
+            ),
+            'ListAgentVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgentVersions,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.SerializeToString,
+            ),
             'ListChats': grpc.unary_unary_rpc_method_handler(
                     servicer.ListChats,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.ListChatsRequest.FromString,
@@ -210,6 +324,21 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.GetChat,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.GetChatRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.GetChatResponse.SerializeToString,
+            ),
+            'RenameChat': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenameChat,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.RenameChatRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.RenameChatResponse.SerializeToString,
+            ),
+            'DeleteChat': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteChat,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.SerializeToString,
+            ),
+            'GetSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSpend,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.GetSpendRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.GetSpendResponse.SerializeToString,
             ),
             'Upload': grpc.unary_unary_rpc_method_handler(
                     servicer.Upload,
@@ -396,6 +525,114 @@ class AgentGateway:
             _registered_method=True)
 
     @staticmethod
+    def CreateAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/CreateAgent',
+            agw_dot_v1_dot_gateway__pb2.CreateAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/UpdateAgent',
+            agw_dot_v1_dot_gateway__pb2.UpdateAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/RollbackAgent',
+            agw_dot_v1_dot_gateway__pb2.RollbackAgentRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.AgentVersion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgentVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListAgentVersions',
+            agw_dot_v1_dot_gateway__pb2.ListAgentVersionsRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListAgentVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListChats(request,
             target,
             options=(),
@@ -439,6 +676,87 @@ class AgentGateway:
             '/agw.v1.AgentGateway/GetChat',
             agw_dot_v1_dot_gateway__pb2.GetChatRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.GetChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenameChat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/RenameChat',
+            agw_dot_v1_dot_gateway__pb2.RenameChatRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.RenameChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteChat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/DeleteChat',
+            agw_dot_v1_dot_gateway__pb2.DeleteChatRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.DeleteChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/GetSpend',
+            agw_dot_v1_dot_gateway__pb2.GetSpendRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.GetSpendResponse.FromString,
             options,
             channel_credentials,
             insecure,

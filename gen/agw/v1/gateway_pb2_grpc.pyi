@@ -59,10 +59,40 @@ class AgentGatewayStub:
     """Lists the loaded agents."""
     GetAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetAgentRequest, _gateway_pb2.GetAgentResponse]
     """Returns one agent's definition."""
+    CreateAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CreateAgentRequest, _gateway_pb2.AgentVersion]
+    """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+    version 1, validated like an agent file, served at once by every replica in place of
+    a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+    """
+    UpdateAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UpdateAgentRequest, _gateway_pb2.AgentVersion]
+    """Writes the next version of a stored agent (role "admin"), validated like an agent
+    file; runs already started keep the version they started with.
+    """
+    RollbackAgent: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RollbackAgentRequest, _gateway_pb2.AgentVersion]
+    """Writes the next version of a stored agent with the definition of an earlier version
+    (role "admin"): versions are never removed.
+    """
+    ListAgentVersions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListAgentVersionsRequest, _gateway_pb2.ListAgentVersionsResponse]
+    """Every version of a stored agent, newest first (role "admin")."""
     ListChats: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListChatsRequest, _gateway_pb2.ListChatsResponse]
     """Lists chats, newest first."""
     GetChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]
     """Returns a chat's history as replayable events."""
+    RenameChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RenameChatRequest, _gateway_pb2.RenameChatResponse]
+    """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+    is returned; ListChats and GetChat show the new name.
+    """
+    DeleteChat: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeleteChatRequest, _gateway_pb2.DeleteChatResponse]
+    """Deletes a chat and everything of it: its records, the event logs of its runs, the
+    files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+    keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+    reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+    (it ends with `run.cancel`, reason "chat_deleted").
+    """
+    GetSpend: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]
+    """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+    agent and model: the caller's own tenant, or (role "admin") any tenant.
+    """
     Upload: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]
     """Stores a file that a later query can reference."""
     ListModels: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListModelsRequest, _gateway_pb2.ListModelsResponse]
@@ -95,10 +125,40 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Lists the loaded agents."""
     GetAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetAgentRequest, _gateway_pb2.GetAgentResponse]  # type: ignore[assignment]
     """Returns one agent's definition."""
+    CreateAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CreateAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+    version 1, validated like an agent file, served at once by every replica in place of
+    a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+    """
+    UpdateAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UpdateAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Writes the next version of a stored agent (role "admin"), validated like an agent
+    file; runs already started keep the version they started with.
+    """
+    RollbackAgent: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RollbackAgentRequest, _gateway_pb2.AgentVersion]  # type: ignore[assignment]
+    """Writes the next version of a stored agent with the definition of an earlier version
+    (role "admin"): versions are never removed.
+    """
+    ListAgentVersions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListAgentVersionsRequest, _gateway_pb2.ListAgentVersionsResponse]  # type: ignore[assignment]
+    """Every version of a stored agent, newest first (role "admin")."""
     ListChats: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListChatsRequest, _gateway_pb2.ListChatsResponse]  # type: ignore[assignment]
     """Lists chats, newest first."""
     GetChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetChatRequest, _gateway_pb2.GetChatResponse]  # type: ignore[assignment]
     """Returns a chat's history as replayable events."""
+    RenameChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RenameChatRequest, _gateway_pb2.RenameChatResponse]  # type: ignore[assignment]
+    """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+    is returned; ListChats and GetChat show the new name.
+    """
+    DeleteChat: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeleteChatRequest, _gateway_pb2.DeleteChatResponse]  # type: ignore[assignment]
+    """Deletes a chat and everything of it: its records, the event logs of its runs, the
+    files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+    keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+    reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+    (it ends with `run.cancel`, reason "chat_deleted").
+    """
+    GetSpend: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]  # type: ignore[assignment]
+    """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+    agent and model: the caller's own tenant, or (role "admin") any tenant.
+    """
     Upload: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]  # type: ignore[assignment]
     """Stores a file that a later query can reference."""
     ListModels: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListModelsRequest, _gateway_pb2.ListModelsResponse]  # type: ignore[assignment]
@@ -166,6 +226,45 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         """Returns one agent's definition."""
 
     @_abc_1.abstractmethod
+    def CreateAgent(
+        self,
+        request: _gateway_pb2.CreateAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Creates an agent in the agent store (role "admin"; with AGW_AGENT_STORE set): its
+        version 1, validated like an agent file, served at once by every replica in place of
+        a file of the same key. A key already in the store is FAILED_PRECONDITION (CONFLICT).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateAgent(
+        self,
+        request: _gateway_pb2.UpdateAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Writes the next version of a stored agent (role "admin"), validated like an agent
+        file; runs already started keep the version they started with.
+        """
+
+    @_abc_1.abstractmethod
+    def RollbackAgent(
+        self,
+        request: _gateway_pb2.RollbackAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AgentVersion, _abc.Awaitable[_gateway_pb2.AgentVersion]]:
+        """Writes the next version of a stored agent with the definition of an earlier version
+        (role "admin"): versions are never removed.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgentVersions(
+        self,
+        request: _gateway_pb2.ListAgentVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListAgentVersionsResponse, _abc.Awaitable[_gateway_pb2.ListAgentVersionsResponse]]:
+        """Every version of a stored agent, newest first (role "admin")."""
+
+    @_abc_1.abstractmethod
     def ListChats(
         self,
         request: _gateway_pb2.ListChatsRequest,
@@ -180,6 +279,39 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.GetChatResponse, _abc.Awaitable[_gateway_pb2.GetChatResponse]]:
         """Returns a chat's history as replayable events."""
+
+    @_abc_1.abstractmethod
+    def RenameChat(
+        self,
+        request: _gateway_pb2.RenameChatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RenameChatResponse, _abc.Awaitable[_gateway_pb2.RenameChatResponse]]:
+        """Renames a chat: its history records a "chat.update" event (GetChat replays it), which
+        is returned; ListChats and GetChat show the new name.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteChat(
+        self,
+        request: _gateway_pb2.DeleteChatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteChatResponse, _abc.Awaitable[_gateway_pb2.DeleteChatResponse]]:
+        """Deletes a chat and everything of it: its records, the event logs of its runs, the
+        files uploaded to it, its `_bash_` workspace, and what the run bus and the run journal
+        keep of its ended runs. A chat with a run in progress is refused (FAILED_PRECONDITION,
+        reason CHAT_BUSY) unless `cancel_active_run` is set: the run is then cancelled first
+        (it ends with `run.cancel`, reason "chat_deleted").
+        """
+
+    @_abc_1.abstractmethod
+    def GetSpend(
+        self,
+        request: _gateway_pb2.GetSpendRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.GetSpendResponse, _abc.Awaitable[_gateway_pb2.GetSpendResponse]]:
+        """What the model calls of runs used (calls, tokens, cost), by UTC day, tenant, API key,
+        agent and model: the caller's own tenant, or (role "admin") any tenant.
+        """
 
     @_abc_1.abstractmethod
     def Upload(

@@ -11,6 +11,7 @@ file's error recorded, changed or cleared.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -70,6 +71,34 @@ class AgentRegistry(DirectoryRegistry[AgentDefinition]):
         self, directory: Path, *, on_change: Callable[[RegistryChange], None] | None = None
     ) -> None:
         super().__init__(directory, AgentFiles(), on_change=on_change, logger=log)
+        self._stored: dict[str, tuple[AgentDefinition, int]] = {}  # key -> (agent, version)
+
+    # -- the agent store's versions (catalog.py), served in place of files ---------------
+
+    @property
+    def items(self) -> Mapping[str, AgentDefinition]:
+        """The valid agents by key: the directory's, each replaced by the store's version of
+        its key when there is one, and the store's other agents."""
+        if not self._stored:
+            return self._items
+        return {**self._items, **{key: agent for key, (agent, _) in self._stored.items()}}
+
+    def list(self) -> builtins.list[AgentDefinition]:
+        items = self.items
+        return [items[key] for key in sorted(items)]
+
+    def files(self) -> builtins.list[AgentDefinition]:
+        """The agents of the directory alone, sorted by key."""
+        return [self._items[key] for key in sorted(self._items)]
+
+    def set_stored(self, agent: AgentDefinition, version: int) -> None:
+        """Serve `agent` as the agent store's `version` of its key."""
+        self._stored = {**self._stored, agent.key: (agent, version)}
+
+    def version_of(self, key: str) -> int:
+        """The store's version served for `key`; 0 when it comes from a file (or nowhere)."""
+        stored = self._stored.get(key)
+        return stored[1] if stored is not None else 0
 
     def get(self, key: str) -> AgentDefinition:
         """The agent `key`; AgentNotFound (listing the available keys) when there is none."""

@@ -161,10 +161,19 @@ def replay(records: list[Record]) -> list[Event]:
     out: list[Event] = []
     first_query = True
     run = _RunHistory("")
+    changes: list[Event] = []  # of the chat, while a run's steps are still being placed
     for record in records:
         chat_id, run_id = str(record.get("chatId", "")), str(record.get("runId", ""))
+        if record.get("_type") == "update":  # a change of the chat: after the run it met
+            changes.append(_update_event(record, chat_id))
+            if not run.run_id:
+                out.extend(changes)
+                changes = []
+            continue
         if run_id != run.run_id:
             out.extend(run.events())
+            out.extend(changes)
+            changes = []
             run = _RunHistory(run_id)
         if record.get("_type") == "query":
             out.extend(_query_events(record, chat_id, run_id, first_query))
@@ -175,9 +184,33 @@ def replay(records: list[Record]) -> list[Event]:
             out.extend(run.events())
             out.append(terminal)
     out.extend(run.events())
+    out.extend(changes)
     for seq, event in enumerate(out, 1):
         event.seq = seq
     return out
+
+
+def update_record(
+    chat_id: str, updated_at: int, chat_name: str, previous: str, request_id: str
+) -> Record:
+    """The record of a rename in the chat's records (`_type` "update")."""
+    return {
+        "_type": "update",
+        "chatId": chat_id,
+        "updatedAt": updated_at,
+        "chatName": chat_name,
+        "previousChatName": previous,
+        "requestId": request_id,
+    }
+
+
+def _update_event(record: Record, chat_id: str) -> Event:
+    event = events.chat_update(
+        str(record.get("chatName") or ""),
+        request_id=str(record.get("requestId") or ""),
+        previous_chat_name=str(record.get("previousChatName") or ""),
+    )
+    return _envelope(event, chat_id, "", int(record.get("updatedAt") or 0))
 
 
 def event_key(event: Event) -> str:

@@ -2,7 +2,8 @@
 
 A run is given its chat's memory (service/core/chats/memory.py) as `PastRun`s: the
 messages each earlier run left, oldest first, a summary of older ones being a past
-run of its own. The context window (window.py) measures them with `estimate_tokens`
+run of its own. The context window (window.py) measures them with `estimate_tokens` (by
+script: tokens.py)
 and summarises or trims them by whole past runs, so a tool call never loses its result.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from service.core.run.tokens import text_tokens
 
 Message = dict[str, Any]
 
@@ -39,11 +42,15 @@ def flatten(runs: list[PastRun]) -> list[Message]:
 
 
 def estimate_tokens(messages: list[Message]) -> int:
-    """A rough token count (4 characters a token), enough to keep within a budget."""
-    return (
+    """The prompt's tokens, estimated by script (`tokens.text_tokens`), plus 4 a message for
+    its role and framing: enough to keep within a budget."""
+    return round(
         sum(
-            len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) + 16
+            text_tokens(_text(m.get("content"))) + text_tokens(_text(m.get("tool_calls"))) + 4
             for m in messages
         )
-        // 4
     )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value) if value else ""

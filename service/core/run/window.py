@@ -2,9 +2,10 @@
 
 The context length of a stage is its `modelConfig.contextLength`, else the length of a
 known model of that name (`KNOWN_CONTEXT_LENGTHS`, by longest name prefix), else the
-service's default (`AGW_CONTEXT_LENGTH`). Prompts are estimated at four characters a
-token: the messages (`transcript.estimate_tokens`) and the tool schemas the call offers
-(`schema_tokens`), which take context too. Before each model call of a stage
+service's default (`AGW_CONTEXT_LENGTH`). Prompts are estimated by script (tokens.py: a
+Chinese character counts most of a token, an English word about one): the messages
+(`transcript.estimate_tokens`) and the tool schemas the call offers (`schema_tokens`),
+which take context too. Before each model call of a stage
 (`Conversation.ask`), in this order:
 
 1. **Prune** (`prune_tool_outputs`): when the run's own messages (those after its user
@@ -47,6 +48,7 @@ from service.core.model import ModelRequest, Reasoning, Usage
 from service.core.run.context import RunContext
 from service.core.run.eventlog import Emitter
 from service.core.run.observation import ModelCallObserver
+from service.core.run.tokens import text_tokens
 from service.core.run.transcript import Message, PastRun, estimate_tokens, flatten, summary_run
 from service.core.tools.guards import MAX_LINE_CHARS
 from service.core.tools.names import CONTEXT_SUMMARY_TOOL
@@ -114,8 +116,10 @@ def context_length(configured: int | None, model: str, default: int) -> int:
 
 
 def schema_tokens(tools: Sequence[dict[str, Any]]) -> int:
-    """The estimated tokens of the tool schemas a call offers (four characters a token)."""
-    return len(json.dumps(list(tools), separators=(",", ":"), default=str)) // 4 if tools else 0
+    """The estimated tokens of the tool schemas a call offers (their JSON, by script)."""
+    if not tools:
+        return 0
+    return round(text_tokens(json.dumps(list(tools), separators=(",", ":"), default=str)))
 
 
 def pruned_note(name: str, size: int) -> str:

@@ -116,7 +116,7 @@ export class ChatView {
       this.container.append(h('div', { class: 'user' }, ev.message || ''));
       return;
     }
-    if (ev.type === 'chat.start') {
+    if (ev.type === 'chat.start' || ev.type === 'chat.update') { // a rename: the new name
       this.onTitle(ev.chatName || 'Chat');
       return;
     }

@@ -42,11 +42,14 @@ import orjson
 from service.core.errors import ChatNotFound, StoreFailed
 from service.core.ids import ANONYMOUS, Principal, check_chat_id, valid_chat_id
 from service.core.values import ChatSummary, Record
-from service.state.summaries import page_of, summarize
+from service.state.summaries import expired_of, page_of, summarize
 
 log = logging.getLogger("agw.store")
 
 FsyncPolicy = Literal["run", "always", "never"]
+
+#: The kinds of chat records: a run's query and steps, and a change of the chat (a rename).
+RECORD_TYPES = frozenset({"query", "step", "update"})
 
 
 def upgrade_record(record: Record) -> Record:
@@ -105,9 +108,36 @@ class JsonlChatStore:
         return self._summaries.get(chat_id)
 
     async def page(
-        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
-        return page_of(self._summaries.values(), limit, cursor, owner)
+        return page_of(self._summaries.values(), limit, cursor, owner, name_contains)
+
+    async def expired(self, before: int, limit: int) -> list[ChatSummary]:
+        return expired_of(self._summaries.values(), before, limit)
+
+    async def delete(self, chat_id: str) -> bool:
+        """Remove the chat's file (and a torn line kept beside it) and forget the chat."""
+        path = self.path(chat_id)
+        async with self._locks.setdefault(chat_id, asyncio.Lock()):  # after appends in flight
+
+            def remove() -> bool:
+                path.with_suffix(path.suffix + ".torn").unlink(missing_ok=True)
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    return False
+                return True
+
+            try:
+                existed = await asyncio.to_thread(remove)
+            except OSError as error:
+                raise StoreFailed(f"could not delete chat {chat_id!r}: {error}") from error
+            known = self._summaries.pop(chat_id, None) is not None
+            for kept in (self._checked, self._failed, self._dirty):
+                kept.discard(chat_id)
+            self._paths.pop(chat_id, None)
+        self._locks.pop(chat_id, None)
+        return existed or known
 
     # Writing --------------------------------------------------------------------
 
@@ -239,7 +269,7 @@ class JsonlChatStore:
                 except ValueError as error:
                     log.warning("%s:%d: skipping a corrupt line (%s)", path, number, error)
                     continue
-                if not isinstance(record, dict) or record.get("_type") not in ("query", "step"):
+                if not isinstance(record, dict) or record.get("_type") not in RECORD_TYPES:
                     log.warning("%s:%d: skipping a line that is not a chat record", path, number)
                     continue
                 records.append(upgrade_record(record))

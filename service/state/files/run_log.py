@@ -160,6 +160,22 @@ class FileRunLog:
         ).fetchone()
         return None if row is None else bytes(row[0])
 
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        ids = [run_id for run_id in run_ids if valid_run_id(run_id)]
+        if not ids:
+            return 0
+        try:
+            return await self._run(self._delete, ids)
+        except sqlite3.Error as error:
+            raise StoreFailed(f"could not delete run logs from {self.path}: {error}") from error
+
+    def _delete(self, run_ids: list[str]) -> int:
+        assert self._db is not None, "the run log is not open"
+        marks = ",".join("?" * len(run_ids))
+        return int(
+            self._db.execute(f"DELETE FROM run_logs WHERE run_id IN ({marks})", run_ids).rowcount
+        )
+
     def prune(self) -> int:
         """Delete the logs older than the time-to-live; returns how many (in its thread)."""
         assert self._db is not None, "the run log is not open"

@@ -61,3 +61,29 @@ class FileUploadStore:
         except FileNotFoundError:
             return None
         return StoredUpload(**json.loads(meta)), content
+
+    async def delete_chat(self, chat_id: str) -> int:
+        """Remove the uploads made to the chat: every upload's description is read (the
+        directory has no index by chat), in a worker thread."""
+        return await asyncio.to_thread(self._delete_chat, chat_id)
+
+    def _delete_chat(self, chat_id: str) -> int:
+        removed = 0
+        try:
+            folders = list(self.directory.iterdir())
+        except FileNotFoundError:
+            return 0
+        for folder in folders:
+            try:
+                meta = json.loads((folder / "meta.json").read_text())
+            except (OSError, ValueError):
+                continue  # not an upload, or one being written
+            if isinstance(meta, dict) and meta.get("chat_id") == chat_id:
+                try:
+                    shutil.rmtree(folder)
+                except OSError as error:
+                    raise StoreFailed(
+                        f"could not delete upload {folder.name!r}: {error}"
+                    ) from error
+                removed += 1
+        return removed

@@ -8,7 +8,7 @@ waiting tool's future directly (`service.core.run.waits.Waits`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
@@ -92,3 +92,9 @@ class LocalRunBus:
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
         return self.waits.deliver(command, self._runs.get(command.run_id))
+
+    async def forget_chat(self, chat_id: str, run_ids: Sequence[str]) -> None:
+        for run_id in run_ids:
+            run = self._runs.get(run_id)
+            if run is None or run.done:
+                await self.release(run_id)

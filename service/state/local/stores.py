@@ -19,7 +19,7 @@ from service.core.events import Event
 from service.core.ids import ANONYMOUS, Principal
 from service.core.run.journal import JournaledRun, JournalEntry
 from service.core.values import ChatSummary, Record, StoredUpload
-from service.state.summaries import page_of, summarize
+from service.state.summaries import expired_of, page_of, summarize
 
 
 class LocalChatStore:
@@ -48,9 +48,16 @@ class LocalChatStore:
         return self._summaries.get(chat_id)
 
     async def page(
-        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
-        return page_of(self._summaries.values(), limit, cursor, owner)
+        return page_of(self._summaries.values(), limit, cursor, owner, name_contains)
+
+    async def expired(self, before: int, limit: int) -> list[ChatSummary]:
+        return expired_of(self._summaries.values(), before, limit)
+
+    async def delete(self, chat_id: str) -> bool:
+        self._summaries.pop(chat_id, None)
+        return self._records.pop(chat_id, None) is not None
 
     async def sync(self, chat_id: str) -> None:
         return None
@@ -80,6 +87,9 @@ class LocalRunLog:
             return None
         return list(kept[1])
 
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        return sum(self._logs.pop(run_id, None) is not None for run_id in run_ids)
+
     async def close(self) -> None:
         return None
 
@@ -98,6 +108,12 @@ class LocalUploadStore:
 
     async def get(self, upload_id: str) -> tuple[StoredUpload, bytes] | None:
         return self._uploads.get(upload_id)
+
+    async def delete_chat(self, chat_id: str) -> int:
+        ids = [i for i, (upload, _) in self._uploads.items() if upload.chat_id == chat_id]
+        for upload_id in ids:
+            del self._uploads[upload_id]
+        return len(ids)
 
     async def close(self) -> None:
         return None

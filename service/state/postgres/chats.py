@@ -33,6 +33,7 @@ INSERT INTO chats AS c (id, owner_tenant, owner_subject, name, agent_key,
                         created_at, updated_at, run_count, record_count)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (id) DO UPDATE SET
+    name = COALESCE($10, c.name),
     updated_at = GREATEST(c.updated_at, EXCLUDED.updated_at),
     run_count = c.run_count + EXCLUDED.run_count,
     record_count = c.record_count + EXCLUDED.record_count
@@ -53,8 +54,13 @@ _PAGE = f"""
 SELECT {_SUMMARY_COLUMNS} FROM chats
 WHERE owner_tenant = $1 AND owner_subject = $2
   AND ($3::bigint IS NULL OR updated_at < $3 OR (updated_at = $3 AND id > $4))
+  AND ($6 = '' OR strpos(lower(name), lower($6)) > 0)
 ORDER BY updated_at DESC, id
 LIMIT $5
+"""
+
+_EXPIRED = f"""
+SELECT {_SUMMARY_COLUMNS} FROM chats WHERE updated_at < $1 ORDER BY updated_at LIMIT $2
 """
 
 
@@ -104,6 +110,7 @@ class PostgresChatStore(PooledStore):
         owner = Principal.from_record(first.get("owner"))
         times = [int(r.get("updatedAt") or 0) for r in records]
         queries = sum(1 for r in records if r.get("_type") == "query")
+        renamed = [r["chatName"] for r in records if r.get("_type") == "update"]
         chat = (
             chat_id,
             owner.tenant,
@@ -114,6 +121,7 @@ class PostgresChatStore(PooledStore):
             max(times),
             queries,
             len(texts),
+            str(renamed[-1]) if renamed else None,
         )
         lock = self._locks.get(chat_id)
         if lock is None:
@@ -142,15 +150,36 @@ class PostgresChatStore(PooledStore):
         return None if row is None else _summary(row)
 
     async def page(
-        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS
+        self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
         updated, chat_id = _after(cursor)
         async with self.connection("could not list chats") as db:
             rows = await db.fetch(
-                _PAGE, owner.tenant, owner.subject, updated, chat_id, max(limit, 0) + 1
+                _PAGE,
+                owner.tenant,
+                owner.subject,
+                updated,
+                chat_id,
+                max(limit, 0) + 1,
+                name_contains,
             )
         page = [_summary(row) for row in rows[:limit]]
         return page, _cursor(page[-1]) if page and len(rows) > limit else ""
+
+    async def expired(self, before: int, limit: int) -> list[ChatSummary]:
+        async with self.connection("could not list expired chats") as db:
+            rows = await db.fetch(_EXPIRED, before, limit)
+        return [_summary(row) for row in rows]
+
+    async def delete(self, chat_id: str) -> bool:
+        """Remove the chat's row; its records go with it (ON DELETE CASCADE)."""
+        check_chat_id(chat_id)
+        lock = self._locks.get(chat_id)
+        if lock is None:
+            lock = self._locks[chat_id] = asyncio.Lock()
+        async with lock, self.connection(f"could not delete chat {chat_id!r}") as db:
+            status = await db.execute("DELETE FROM chats WHERE id = $1", chat_id)
+        return bool(status.endswith(" 1"))
 
     async def sync(self, chat_id: str) -> None:
         return None

@@ -62,6 +62,14 @@ class PostgresRunLog(PooledStore):
             )
         return None if data is None else decode_events(data)
 
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        ids = [run_id for run_id in run_ids if valid_run_id(run_id)]
+        if not ids:
+            return 0
+        async with self.connection("could not delete run logs") as db:
+            status = await db.execute("DELETE FROM run_logs WHERE run_id = ANY($1::text[])", ids)
+        return int(status.split()[-1])
+
     async def prune(self) -> int:
         """Delete the logs past their time-to-live; how many."""
         self._last_prune = time.monotonic()

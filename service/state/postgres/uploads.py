@@ -73,3 +73,8 @@ class PostgresUploadStore(PooledStore):
         async with self.connection(f"could not read upload {upload_id}") as db:
             row = await db.fetchrow(_SELECT, upload_id)
         return None if row is None else (_upload(row), bytes(row["content"]))
+
+    async def delete_chat(self, chat_id: str) -> int:
+        async with self.connection(f"could not delete the uploads of chat {chat_id!r}") as db:
+            status = await db.execute("DELETE FROM uploads WHERE chat_id = $1", chat_id)
+        return int(status.split()[-1])

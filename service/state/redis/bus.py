@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -234,6 +234,18 @@ class RedisRunBus:
 
     async def cancel(self, run_id: str, reason: str) -> bool | None:
         return await self._mailbox.cancel(run_id, reason)
+
+    async def forget_chat(self, chat_id: str, run_ids: Sequence[str]) -> None:
+        """Delete the ended runs' streams, meta and leases and the chat's settling mark
+        (a chat deleted), and let go of those runs here."""
+        keys = self.keys
+        names = [keys.settling(chat_id)]
+        for run_id in run_ids:
+            names += [keys.events(run_id), keys.meta(run_id), keys.lease(run_id)]
+        async with self.link.reaching("forget chat"):
+            await self.redis.delete(*names)
+        for run_id in run_ids:
+            await self.release(run_id)
 
     async def submit(self, command: SubmitCommand) -> SubmitResult:
         return await self._mailbox.submit(command)

@@ -48,7 +48,7 @@ HEAD = ["request.query", "chat.start", "run.start"]
 NEXT = ["request.query", "run.start"]  # a later run of the same chat
 CALL = ["tool.start", "tool.args", "tool.args", "tool.end"]
 ANSWER = ["content.start", "content.delta", "content.end"]
-LONG_A, LONG_B = "A" * 120, "B" * 120
+LONG_A, LONG_B = " ".join(["aaa"] * 30), " ".join(["bbb"] * 30)  # ~30 tokens each
 
 
 def summary_turn(text: str) -> list[lb.ScriptItem]:
