@@ -322,7 +322,7 @@ class Settings(BaseSettings):
     # (service/core/run/journal.py): `files` (a SQLite file in runs_dir), `memory`, or
     # `none` (a run ends with its process); unset: `files` with the local run bus, else
     # `none`. A run resumed this often and lost again ends with run.error OWNER_LOST.
-    run_journal: Literal["files", "memory", "none"] | None = None
+    run_journal: Literal["files", "memory", "postgres", "none"] | None = None
     resume_attempts: int = Field(default=3, ge=1)
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
@@ -460,10 +460,13 @@ class Settings(BaseSettings):
 
     @property
     def run_journal_name(self) -> str:
-        """The run journal in use: the one set, else `files` for a single process."""
+        """The run journal in use: the one set, else `files` for a single process, and
+        `postgres` for replicas (the Redis run bus) sharing a PostgreSQL database."""
         if self.run_journal is not None:
             return self.run_journal
-        return "files" if self.run_bus == "local" else "none"
+        if self.run_bus == "local":
+            return "files"
+        return "postgres" if self.postgres_dsn.get_secret_value() else "none"
 
     @property
     def spend_ledger_name(self) -> str:

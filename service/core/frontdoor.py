@@ -120,6 +120,8 @@ class FrontDoor:
         self.lifecycle = RunLifecycle(
             chats, run_log, bus, uploads, self.services, options, MODES, journal
         )
+        if journal is not None:  # a run whose owner another replica lost goes on here
+            bus.on_lost(self.lifecycle.resume_lost)
         self.upkeep = ChatUpkeep(
             chats, run_log, bus, uploads.store, journal, self.lifecycle.flush, chat_cleaners
         )

@@ -389,6 +389,7 @@ class RunLifecycle:
     async def _keep(self, run: RunState, recorder: ChatRecorder) -> None:
         """After the run's end: free its chat, write its records, keep its log, forget it."""
         try:
+            await run.log.published()  # the bus sends other replicas what readers may see
             await self.bus.ended(run)
         except Exception:
             log.exception("could not mark run %s ended", run.run_id)
@@ -399,8 +400,9 @@ class RunLifecycle:
             await self.bus.settled(run)
             if not run.fenced:  # a fenced run's log is kept by the replica that took it over
                 await self.run_log.save(run.run_id, run.log)
-                if self._journaling is not None:  # kept: its journal is done with
-                    self._journaling.submit(JournalEntry(run.run_id, "end"))
+                steps = run.log.steps
+                if self._journaling is not None and steps is not None:  # kept: journal done
+                    self._journaling.submit(JournalEntry(run.run_id, "end", attempt=steps.attempt))
         except Exception:
             log.exception("could not keep the log of run %s", run.run_id)
         asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)
@@ -428,7 +430,11 @@ class RunLifecycle:
                 resumed.append(run)
         return resumed
 
-    async def resume(self, run_id: str, reason: str) -> RunState | None:
+    async def resume_lost(self, run_id: str) -> RunState | None:
+        """Go on here with a run whose owner the bus found lost (see `RunBus.on_lost`)."""
+        return await self.resume(run_id, "owner_lost", adopt=True)
+
+    async def resume(self, run_id: str, reason: str, *, adopt: bool = False) -> RunState | None:
         """Go on with run `run_id` from its journal: its log as it was, its open blocks
         closed, `run.resume`, then its mode again from its last completed step.
 
@@ -447,8 +453,11 @@ class RunLifecycle:
             record["agent"], context={"key": record["agentKey"]}
         ).in_mode(record["mode"])
         run = self._run_state(run_id, chat_id, agent, command, journaled)
-        clash = await self.bus.register(run)
-        if clash is not None:
+        if adopt:  # its owner was declared lost here: it is this replica's now
+            if not await self.bus.adopt(run):
+                log.warning("run %s not resumed: another replica took it over", run_id)
+                return None
+        elif (clash := await self.bus.register(run)) is not None:
             log.warning("run %s not resumed: chat %s has run %s", run_id, chat_id, clash.run_id)
             return None
         try:
@@ -470,13 +479,14 @@ class RunLifecycle:
         self._active.add(run)
         for on_run_start in hooks(self.options.middlewares, "on_run_start"):
             on_run_start(run)
+        attempt = journaled.attempts + 1  # this owner's: the journal keeps no older one's now
+        self._journaling.submit(JournalEntry(run_id, "resume", str(attempt), attempt=attempt))
         out = run.log.scope()
         if journaled.ended:
             self._ended(run, recorder, agent.mode)
             return run
         for start in reversed(run.log.open_blocks):  # what the interrupted steps left open
             out.emit(events.end_of(start))
-        attempt = journaled.attempts + 1
         if attempt > self.options.resume_attempts or not agent.resumable:
             why = (
                 f"the run could not go on after its process stopped {attempt} times"
@@ -487,7 +497,6 @@ class RunLifecycle:
             out.emit(events.run_error(lost.reason, lost.message, lost.metadata))
             self._ended(run, recorder, agent.mode)
             return run
-        self._journaling.submit(JournalEntry(run_id, "resume", str(attempt)))
         interrupted = ", ".join(sorted(journaled.started))
         out.emit(events.run_resume(reason, interrupted, self.options.replica, attempt))
         run.log.replay = run.log.steps.replay if run.log.steps is not None else None

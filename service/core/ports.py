@@ -17,7 +17,7 @@ new module there plus one line in its registration table.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from service.core.commands import SubmitCommand, SubmitResult
@@ -140,6 +140,18 @@ class RunBus(Protocol):
         its data waits for owners to re-assert their runs before claiming a chat
         that has records).
         """
+        ...
+
+    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
+        """Have `resume` go on with a run whose owner this replica finds lost (a journaled
+        run resumes; it is ended OWNER_LOST when `resume` gives None). A bus that knows
+        only this process's runs never finds an owner lost."""
+        ...
+
+    async def adopt(self, run: RunState) -> bool:
+        """Make `run` live here again, under its id, as `resume` (see `on_lost`) goes on
+        with it; False when another replica took it over meanwhile. A bus that knows only
+        this process's runs registers it (the runs its last process left)."""
         ...
 
     async def ended(self, run: RunState) -> None:

@@ -19,6 +19,7 @@ here (`summaries.py`, `framing.py`, `run_refs.py`).
 | UploadStore | `postgres` | PostgreSQL, bytes too, shared by replicas (`postgres/uploads.py`) |
 | RunJournal | `files` | a SQLite file of the runs in flight (`files/journal.py`), the default |
 | RunJournal | `memory` | in-process (`local/stores.py`): runs outlive their task, not the process |
+| RunJournal | `postgres` | PostgreSQL (`postgres/journal.py`): replicas resume lost ones' runs |
 | RunJournal | `none` | runs are not journaled: they end with their process |
 | QuotaCounters | `local` | in-process (`local/quotas.py`) |
 | QuotaCounters | `redis` | in Redis, shared by replicas (`redis/quotas.py`) |
@@ -69,6 +70,7 @@ from service.state.local.stores import (
 )
 from service.state.postgres.agents import PostgresAgentStore
 from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.journal import PostgresRunJournal
 from service.state.postgres.ledger import PostgresSpendLedger
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
@@ -138,6 +140,7 @@ RUN_BUSES: dict[str, Callable[[StateOptions], RunBus]] = {
 RUN_JOURNALS: dict[str, Callable[[StateOptions], RunJournal | None]] = {
     "files": lambda o: FileRunJournal(o.runs_dir),
     "memory": lambda o: LocalRunJournal(),
+    "postgres": lambda o: PostgresRunJournal(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
     "none": lambda o: None,
 }
 

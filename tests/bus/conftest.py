@@ -38,11 +38,12 @@ from service.providers.loopback import LoopbackProvider
 from service.providers.openai import ProviderOptions
 from service.providers.registry import ProviderRegistry
 from service.state.files.uploads import FileUploadStore
-from service.state.local.stores import LocalChatStore, LocalRunLog
+from service.state.local.stores import LocalChatStore, LocalRunJournal, LocalRunLog
+from service.state.postgres.journal import PostgresRunJournal
 from service.state.redis.bus import RedisRunBus
 from service.testing import FAKE_MODEL, FAKE_PROVIDER, oneshot_agent, write_agent
 from service.transport.server import GrpcServer
-from tests.core.tools.kit import agent, tools, write_ui_tools
+from tests.core.tools.kit import Probe, agent, tools, write_ui_tools
 
 
 def free_port() -> int:
@@ -164,24 +165,28 @@ async def started(
     reply_timeout_s: float = 2.0,
     retention_s: float = 60.0,
     agents: dict[str, dict[str, Any]] | None = None,
+    journal: bool | str = False,
 ) -> AsyncIterator[Replicas]:
     """Replicas `names` of the service on `provider`, with the test agents (and `agents`)
     and UI tools.
 
-    `lease_ttl_s`: every replica's, or each one's by name.
+    `lease_ttl_s`: every replica's, or each one's by name. `journal`: the replicas journal
+    their runs in one journal they share (as they would in PostgreSQL; a DSN: in that
+    PostgreSQL database), so that a run whose owner is lost resumes on another.
     """
     agents_dir = tmp_path / "agents"
     for key, definition in {**AGENTS, **(agents or {})}.items():
         write_agent(agents_dir, key, definition)
     tools_dir = write_ui_tools(tmp_path / "tools")
     chats, run_log = LocalChatStore(), LocalRunLog()
+    shared_journal = LocalRunJournal() if journal is True else None
     members: dict[str, Replica] = {}
     stops: list[Any] = []
     try:
         for name in names:
             agents = AgentRegistry(agents_dir)
             agents.load_all()
-            tool_registry = ToolRegistry(tools_dir)
+            tool_registry = ToolRegistry(tools_dir, builtin=Probe().tools())
             tool_registry.load_all()
             options = ProviderOptions(
                 base_url=provider.url, default_model=FAKE_MODEL, max_retries=0, read_timeout_s=10
@@ -201,7 +206,8 @@ async def started(
                 bus=bus,
                 uploads=Uploads(FileUploadStore(tmp_path / name / "uploads"), 1 << 20),
                 tools=tool_registry,
-                options=RunOptions(retention_s=retention_s),
+                options=RunOptions(retention_s=retention_s, replica=name),
+                journal=PostgresRunJournal(journal) if isinstance(journal, str) else shared_journal,
             )
             await front.open()
             server = GrpcServer(front, "127.0.0.1:0")

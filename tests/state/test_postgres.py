@@ -51,7 +51,7 @@ async def tables(dsn: str) -> list[str]:
 # -- migrations ------------------------------------------------------------------------
 
 #: The versions of the migrations shipped, in order.
-SHIPPED = [1, 2, 3, 10, 11, 12]
+SHIPPED = [1, 2, 3, 10, 11, 12, 13]
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
@@ -73,6 +73,9 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         "agent_versions",
         "chat_records",
         "chats",
+        "journal_events",
+        "journal_runs",
+        "journal_steps",
         "run_logs",
         "schema_migrations",
         "spend_ledger",
@@ -97,6 +100,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (10, "chat_lifecycle"),
             (11, "spend_ledger"),
             (12, "agent_store"),
+            (13, "run_journal"),
         ]
     finally:
         for connection in connections:

@@ -18,6 +18,7 @@ from agw.v1 import gateway_pb2_grpc
 from google.protobuf import json_format, struct_pb2
 
 from bench.workers import socket_inodes, tcp_connections
+from tests.bus.conftest import eventually
 from tests.workers.conftest import BASE, KEYS, Models, Service, auth, rest, until
 
 HEAD = ["request.query", "chat.start", "run.start"]
@@ -73,6 +74,7 @@ async def test_attach_and_submit_on_one_worker_reach_a_run_on_the_other(
         await on_1.close()
     assert submitted.outcome == gw.SUBMIT_OUTCOME_ACCEPTED
     assert kinds(seen) == [*HEAD, *PICK, "request.submit", "tool.result", *ANSWER]
+    assert kinds(followed) == kinds(seen), (kinds(followed), kinds(seen))
     assert followed == seen
     assert seen[-3].content_delta.delta == "you picked b"
 
@@ -126,9 +128,13 @@ async def test_an_upload_to_one_worker_is_read_by_a_query_on_the_other_for_its_o
     assert refused.value.details() == f"no upload {reference.id!r}"
 
 
-async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
+async def test_a_killed_workers_run_resumes_on_the_other_and_the_worker_is_replaced(
     service: Service, models: Models
 ) -> None:
+    """kill -9 of the worker running a run: the other worker finds it lost (its lease
+    expired) and resumes it from the journal (PostgreSQL) — the turn in flight asked again —
+    while the supervisor starts a new worker 0. The dead worker's own client is cut
+    (UNAVAILABLE, no reason: no worker was left to give one) and re-attaches elsewhere."""
     on_0 = await service.connection_to(f"{BASE}-0")
     on_1 = await service.connection_to(f"{BASE}-1")
     pid, _replica = service.workers()[0]
@@ -139,10 +145,17 @@ async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
         following = stub(on_1).Attach(gw.AttachRequest(run_id=delta.run_id), metadata=auth())
         followed: list[Any] = []
         await until(following, "content.delta", followed)
+        asked = len(models.requests)
         os.kill(pid, signal.SIGKILL)
-        followed += await rest(following)
         with pytest.raises(grpc.aio.AioRpcError) as cut:  # the dead worker's own client ...
             seen += await rest(call)
+
+        async def asked_again() -> bool:
+            return len(models.requests) > asked
+
+        await eventually(asked_again, timeout_s=15)  # the other worker resumed the run
+        models.release()
+        followed += await rest(following)
         reattach = gw.AttachRequest(run_id=delta.run_id, after_seq=seen[-1].seq)
         reattached = await rest(stub(on_1).Attach(reattach, metadata=auth()))  # ... elsewhere
         restarted = await service.wait_log(rf"worker 0 started \(pid (\d+), replica {BASE}-0\.1\)")
@@ -156,11 +169,22 @@ async def test_a_killed_worker_is_replaced_and_its_run_ends_owner_lost(
         await on_0.close()
         await on_1.close()
     assert f"worker 0 (pid {pid}) exited with code -9" in service.log()
-    assert kinds(followed) == [*HEAD, "content.start", "content.delta", "content.end", "run.error"]
-    assert followed[-1].run_error.error.reason == "OWNER_LOST"
-    assert dict(followed[-1].run_error.error.metadata) == {"replica": f"{BASE}-0"}
-    # The killed worker's client: its stream cut, UNAVAILABLE, no reason (no worker was left
-    # to give one); re-attached on the other worker, it gets the rest, the terminal event once.
+    assert kinds(followed) == [
+        *HEAD,
+        "content.start",
+        "content.delta",
+        "content.end",
+        "run.resume",
+        "content.start",
+        "content.delta",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    resume = followed[len(HEAD) + 3].run_resume
+    assert (resume.reason, resume.attempt) == ("owner_lost", 1)
+    assert resume.replica in (f"{BASE}-1", f"{BASE}-0.1")
+    assert models.requests[asked]["messages"] == models.requests[asked - 1]["messages"]
     assert cut.value.code() == grpc.StatusCode.UNAVAILABLE
     assert not [key for key, _ in cut.value.trailing_metadata() or () if key.endswith("-bin")]
     assert seen == followed[: len(seen)] and reattached == followed[len(seen) :]

@@ -82,6 +82,8 @@ class EventLog(Sequence[Event]):
         # Journaled: each event goes to the journal, and readers see the durable ones only.
         self.journaling = journaling
         self._visible: int | None = len(self._events) if journaling is not None else None
+        self._published: list[Observer] = []  # told of each event once it is visible
+        self._all_published = asyncio.Event()  # the terminal event is visible
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
         self.steps: RunSteps | None = None  # a journaled run's steps
@@ -122,6 +124,14 @@ class EventLog(Sequence[Event]):
         """Call `observer` with every event appended from now on."""
         self._observers.append(observer)
 
+    def observe_published(self, observer: Observer) -> None:
+        """Call `observer` with every event as readers get to see it: at once, or once it
+        is durable when the run is journaled (what other replicas are sent)."""
+        if self._visible is None:
+            self._observers.append(observer)
+        else:
+            self._published.append(observer)
+
     def emit(self, event: Event) -> Event:
         """Stamp the envelope on `event`, append it and wake the readers.
 
@@ -155,7 +165,10 @@ class EventLog(Sequence[Event]):
             self._finished.set()
             self._let_go()
         if self.journaling is not None:
-            entry = JournalEntry(self.run_id, "event", str(event.seq), event.SerializeToString())
+            attempt = self.steps.attempt if self.steps is not None else 0
+            entry = JournalEntry(
+                self.run_id, "event", str(event.seq), event.SerializeToString(), attempt
+            )
             self.journaling.submit(entry, self, event.seq)
         elif self._waiters:
             self._wake()
@@ -181,9 +194,22 @@ class EventLog(Sequence[Event]):
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
+            for event in self._events[self._visible : seq] if self._published else ():
+                for observer in self._published:
+                    observer(event)
             self._visible = seq
+            if self._done and seq == len(self._events):
+                self._published = []  # the terminal is out: let go of them too
+                self._all_published.set()
             if self._waiters:
                 self._wake()
+
+    async def published(self) -> None:
+        """Wait until the terminal event is out and readers see every event (durable, when
+        the run is journaled)."""
+        await self._finished.wait()
+        if self._visible is not None:
+            await self._all_published.wait()
 
     @property
     def visible(self) -> int:

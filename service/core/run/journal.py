@@ -71,11 +71,15 @@ class JournalEntry:
     kind: EntryKind
     key: str = ""  # an event's seq, a step's key
     data: bytes = b""  # an event's bytes; JSON for the rest
+    # How often the run had resumed when its owner wrote this: the journal keeps no entry
+    # of an owner the run has since been taken from (one found lost, yet still running).
+    attempt: int = 0
 
 
 @dataclass(slots=True)
 class JournaledRun:
-    """A run as its journal kept it."""
+    """A run as its journal kept it (of each owner it had, what it wrote before the run
+    was taken from it: a backend keeps no entry older than the run's last resumption)."""
 
     run_id: str
     chat_id: str
@@ -223,6 +227,7 @@ class RunSteps:
         self.run_id = run_id
         self.journaling = journaling
         self.replay = replay
+        self.attempt = replay.attempt + 1 if replay is not None else 0  # this owner's
         self._counters: Counter[tuple[Lane, str]] = Counter()
 
     def key(self, lane: Lane, kind: str) -> str:
@@ -259,14 +264,15 @@ class RunSteps:
                 value = interrupted()
                 self._done(key, encode(value))
                 return value
-        self.journaling.submit(JournalEntry(self.run_id, "start", key))
+        self.journaling.submit(JournalEntry(self.run_id, "start", key, attempt=self.attempt))
         value = await run()
         self._done(key, encode(value))
         return value
 
     def _done(self, key: str, result: Any) -> None:
         data = json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=str)
-        self.journaling.submit(JournalEntry(self.run_id, "step", key, data.encode()))
+        entry = JournalEntry(self.run_id, "step", key, data.encode(), self.attempt)
+        self.journaling.submit(entry)
 
 
 def entries_of(run_id: str, events: Iterable[Event]) -> list[JournalEntry]:

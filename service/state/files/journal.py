@@ -83,7 +83,14 @@ class FileRunJournal:
         db = self._database()
         db.execute("BEGIN")
         try:
+            attempts = _attempts(db, {e.run_id for e in entries if e.kind != "begin"})
             for entry in entries:
+                if entry.kind not in ("begin", "resume") and entry.attempt < attempts.get(
+                    entry.run_id, 0
+                ):
+                    continue  # written by an owner the run has since been taken from
+                if entry.kind == "resume":
+                    attempts[entry.run_id] = max(attempts.get(entry.run_id, 0), entry.attempt)
                 self._apply(db, entry)
             db.execute("COMMIT")
         except BaseException:
@@ -118,7 +125,8 @@ class FileRunJournal:
             )
         elif entry.kind == "resume":
             db.execute(
-                "UPDATE journal_runs SET attempts = ? WHERE run_id = ?", (int(entry.key), run_id)
+                "UPDATE journal_runs SET attempts = MAX(attempts, ?) WHERE run_id = ?",
+                (int(entry.key), run_id),
             )
         elif entry.kind == "end":
             for table in ("journal_runs", "journal_events", "journal_steps"):
@@ -165,3 +173,15 @@ class FileRunJournal:
             await self._run(self._db.close)
             self._db = None
         self._thread.shutdown(wait=True)
+
+
+def _attempts(db: sqlite3.Connection, run_ids: set[str]) -> dict[str, int]:
+    """How often each of `run_ids` has resumed, as the journal holds it."""
+    if not run_ids:
+        return {}
+    marks = ",".join("?" * len(run_ids))
+    rows = db.execute(
+        f"SELECT run_id, attempts FROM journal_runs WHERE run_id IN ({marks})",
+        sorted(run_ids),
+    )
+    return {str(run_id): int(attempts) for run_id, attempts in rows}

@@ -8,7 +8,7 @@ waiting tool's future directly (`service.core.run.waits.Waits`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
@@ -41,6 +41,12 @@ class LocalRunBus:
         self._chats[run.chat_id] = run
         self._freed[run.run_id] = asyncio.Event()
         return None
+
+    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
+        return None  # this process's runs only: their owner is never lost to it
+
+    async def adopt(self, run: RunState) -> bool:
+        return await self.register(run) is None
 
     async def ended(self, run: RunState) -> None:
         if self._chats.get(run.chat_id) is run:

@@ -136,7 +136,7 @@ class LocalRunJournal:
                 self._runs[entry.run_id] = JournaledRun(entry.run_id, entry.key, record)
                 continue
             run = self._runs.get(entry.run_id)
-            if run is None:
+            if run is None or entry.attempt < run.attempts:  # of an owner it was taken from
                 continue
             if entry.kind == "event":
                 run.events.append(pb.Event.FromString(entry.data))
@@ -147,7 +147,7 @@ class LocalRunJournal:
                 run.started.discard(entry.key)
                 run.steps[entry.key] = json.loads(entry.data)
             elif entry.kind == "resume":
-                run.attempts = int(entry.key)
+                run.attempts = max(run.attempts, int(entry.key))
             elif entry.kind == "end":
                 del self._runs[entry.run_id]
 

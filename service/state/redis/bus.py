@@ -33,6 +33,7 @@ A single Redis server (or primary) is assumed, not Redis Cluster.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -103,6 +104,7 @@ class RedisRunBus:
         self._mirrors = Mirrors(self.link, self.leases, reconnected=self.epoch.check_soon)
         self._mailbox = Mailbox(self.link, self._runs, self.waits, self.leases)
         self._loops: list[asyncio.Task[None]] = []
+        self._adopting: dict[str, int] = {}  # runs declared lost here, being resumed: fence
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -190,6 +192,24 @@ class RedisRunBus:
         self.link.resume()
 
     # -- the port ----------------------------------------------------------------------
+
+    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
+        self.leases.resume = functools.partial(self._resume_lost, resume)
+
+    async def _resume_lost(
+        self, resume: Callable[[str], Awaitable[RunState | None]], run_id: str, fence: int
+    ) -> bool:
+        self._adopting[run_id] = fence
+        try:
+            return await resume(run_id) is not None
+        finally:
+            self._adopting.pop(run_id, None)
+
+    async def adopt(self, run: RunState) -> bool:
+        fence = self._adopting.get(run.run_id)
+        if fence is None:  # not declared lost here: it cannot be taken over
+            return False
+        return await self._registry.adopt(run, fence)
 
     async def register(self, run: RunState, *, new_chat: bool = False) -> RunRef | None:
         return await self._registry.register(run, new_chat=new_chat)

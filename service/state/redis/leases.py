@@ -7,10 +7,11 @@ Submit or a Cancel, `wait_ended`, and each replica's janitor (every lease period
 over the runs not ended) check the lease; when it has expired, one of them
 declares the owner lost atomically (the lease is gone and the run has not ended:
 the fence is incremented, the status is `lost`, the declarer holds the lease),
-replays the stream to find the blocks still open, and appends their `*.end`s and a
-terminal `run.error` with reason `OWNER_LOST` — with the new fence, and only if the
-stream still ends where it read it. A declarer that dies in between lets its lease
-expire and another one does it again.
+resumes the run when the service journals its runs (`resume`: the run goes on on the
+declarer, from its journal), else replays the stream to find the blocks still open, and
+appends their `*.end`s and a terminal `run.error` with reason `OWNER_LOST` — with the new
+fence, and only if the stream still ends where it read it. A declarer that dies in
+between lets its lease expire and another one does it again.
 
 An owner that comes back has its appends and renewals refused by the fence: it
 cancels its run (reason "fenced") and writes nothing more of it (`RunState.fenced`).
@@ -25,7 +26,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import NoScriptError
 
@@ -51,6 +52,9 @@ class Leases:
         self._renew = link.redis.register_script(scripts.RENEW)
         self._declare = link.redis.register_script(scripts.DECLARE)
         self._declaring: set[asyncio.Task[bool]] = set()
+        # Asked to resume a run this replica declared lost (its fence given): True when it
+        # goes on here; the run is ended OWNER_LOST otherwise (`RunBus.on_lost`).
+        self.resume: Callable[[str, int], Awaitable[bool]] | None = None
 
     @property
     def tasks(self) -> list[asyncio.Task[bool]]:
@@ -123,6 +127,16 @@ class Leases:
         )
         if not fence:
             return False
+        if self.resume is not None:
+            try:
+                if await self.resume(run_id, fence):
+                    log.warning(
+                        "run %s: its replica was lost (its lease expired); resumed here",
+                        run_id,
+                    )
+                    return True
+            except Exception:
+                log.exception("run %s: could not resume it; ending it OWNER_LOST", run_id)
         meta = await read_meta(link, run_id)
         if meta is None:
             return False

@@ -120,7 +120,8 @@ class Outbox:
                 continue
             if owned.resend:  # the stream is to be whole again: from the run's first event
                 owned.resend = False
-                owned.pending = list(owned.run.log)
+                log_ = owned.run.log
+                owned.pending = list(log_[: log_.visible])  # the rest comes as it is durable
             batch.append((owned, owned.pending[:MAX_BATCH]))
         self._ready.clear()
         if not batch:

@@ -67,6 +67,7 @@ class Registry:
         self._active = link.redis.register_script(scripts.ACTIVE)
         self._compare_delete = link.redis.register_script(scripts.COMPARE_DELETE)
         self._set_waits = link.redis.register_script(scripts.SET_WAITS)
+        self._adopt = link.redis.register_script(scripts.ADOPT)
         self._waits_due: dict[str, list[OpenWait]] = {}  # run id -> its waits to write
         self._waits_wake = asyncio.Event()
         waits.observe(self._waits_changed)
@@ -96,9 +97,27 @@ class Registry:
                 await asyncio.sleep(min(int(value) / 1000, RECLAIM_POLL_S))
                 continue
             owned = Owned(run, fence=1)
-            run.log.observe(functools.partial(self._outbox.push, owned))
+            run.log.observe_published(functools.partial(self._outbox.push, owned))
             self._runs.add(owned)
             return None
+
+    async def adopt(self, run: RunState, fence: int) -> bool:
+        """Own `run` from now on, whose owner was declared lost by this replica with
+        `fence` (`Leases.declare_lost`): it runs here again; its stream is made whole from
+        its log and goes on. False when another replica took it over meanwhile."""
+        link = self._link
+        async with link.reaching("adopt"):
+            adopted = await self._adopt(
+                keys=[link.keys.meta(run.run_id), link.keys.lease(run.run_id)],
+                args=[fence, link.replica_id, link.lease_ms],
+            )
+        if not int(adopted):
+            return False
+        owned = Owned(run, fence=fence)
+        run.log.observe_published(functools.partial(self._outbox.push, owned))
+        self._runs.add(owned)
+        self._outbox.resend(owned)  # what the lost owner had not appended yet
+        return True
 
     async def _claim(self, run: RunState, new_chat: bool) -> tuple[str, str]:
         """The `REGISTER` script's answer for `run`: (status, value)."""

@@ -228,6 +228,16 @@ redis.call('SET', KEYS[2], ARGV[2] .. ':' .. fence, 'PX', ARGV[3])
 return fence
 """
 
+#: Makes replica ARGV[2] the owner of a run it declared lost with the fence ARGV[1], to resume
+#: it: status running again, its lease held for ARGV[3] ms (1; 0 when the fence moved on).
+#: KEYS: meta, lease
+ADOPT = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'running', 'replica', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[2] .. ':' .. ARGV[1], 'PX', ARGV[3])
+return 1
+"""
+
 #: The chat's active run as {run, chat, tenant, subject, status, leased}, or nil. It reaches
 #: keys it computes (a single server, not Redis Cluster). KEYS: claim; ARGV: key prefix
 ACTIVE = """

@@ -3,7 +3,8 @@
 `bpe-openai` (a development dependency) ships OpenAI's o200k_base and cl100k_base
 vocabularies inside its wheel, so the counts need nothing downloaded. The samples: Chinese
 paragraphs of the design documents agw was built from (tests/core/run/data/chinese.txt,
-the users' own language), the English prose of the README and docs/, the service's own Python source.
+the users' own language), the English prose of the README and docs/, the service's own
+Python source.
 """
 
 from __future__ import annotations
