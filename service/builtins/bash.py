@@ -19,6 +19,7 @@ time-out covers both. Memory in use by sandboxes is therefore bounded by
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from service.builtins.workspace import Usage
 from service.core.ids import valid_chat_id
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
+from service.core.tools.sources import ProgressReport
 
 NAME = "_bash_"
 GRACE_S = 5.0  # the tool's own time-out exceeds the wait and the command's by this much
@@ -160,7 +162,10 @@ class Bash:
                     f"{self.max_concurrent} commands run at once, one at a time per chat); "
                     "try again"
                 ) from None
-            return describe(await run_sandboxed(command, policy))
+            lines = OutputLines(call.progress)
+            result = await run_sandboxed(command, policy, lines.feed if call.progress else None)
+            lines.flush()
+            return describe(result)
 
     @contextlib.asynccontextmanager
     async def _chat_turn(self, chat_id: str) -> AsyncIterator[None]:
@@ -174,6 +179,39 @@ class Bash:
             turns.waiting -= 1
             if not turns.waiting:
                 del self.chats[chat_id]
+
+
+class OutputLines:
+    """A command's output, reported line by line as it comes (`tool.progress`): each
+    complete line of stdout or stderr, without its line break, as soon as it is read."""
+
+    def __init__(self, report: ProgressReport | None) -> None:
+        self.report = report
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS
+        }
+        self._partial = dict.fromkeys(STREAMS, "")
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        text = self._partial[stream] + self._decoders[stream].decode(chunk)
+        *lines, self._partial[stream] = text.split("\n")
+        for line in lines:
+            self._send(stream, line)
+
+    def flush(self) -> None:
+        """Report what is left of each stream after its last line break."""
+        for stream in STREAMS:
+            rest = self._partial[stream] + self._decoders[stream].decode(b"", final=True)
+            self._partial[stream] = ""
+            if rest:
+                self._send(stream, rest)
+
+    def _send(self, stream: str, line: str) -> None:
+        if self.report is not None:
+            self.report(line.removesuffix("\r"), stream=stream)
+
+
+STREAMS = ("stdout", "stderr")
 
 
 @dataclass

@@ -57,6 +57,21 @@ from service.core.tools.definitions import (
 log = logging.getLogger("agw.tools")
 
 
+class ProgressReport(Protocol):
+    """Reports a running call's progress: a `tool.progress` event per call
+    (service/core/run/progress.py). `stream` says where the message comes from:
+    "stdout" or "stderr" for a line of a command's output, "progress" otherwise."""
+
+    def __call__(
+        self,
+        message: str = "",
+        *,
+        progress: float | None = None,
+        total: float | None = None,
+        stream: str = "progress",
+    ) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallInfo:
     """What a tool implementation knows about the call it serves."""
@@ -70,6 +85,8 @@ class ToolCallInfo:
     # `questions.ask` without its first two arguments (question, options, ...).
     ask: Callable[..., Awaitable[Any]] | None = None
     agent_key: str = ""  # the agent whose stage made the call
+    # Report how far the call got, while it runs (tool.progress); None: not reported.
+    progress: ProgressReport | None = None
 
 
 class ToolHandler(Protocol):

@@ -519,6 +519,7 @@ def test_shipped_examples_all_load() -> None:
         "demo_react",
         "demo_replan",
         "demo_researcher",
+        "demo_shell",
         "demo_skills",
         "demo_team",
         "demo_verify",
