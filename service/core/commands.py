@@ -62,6 +62,12 @@ class QueryCommand:
     strategy: Strategy | None = None  # None: the service's default
     principal: Principal = ANONYMOUS  # who asks; owns the chat and the run
     mode: Mode | None = None  # one of the agent's `modes`; None: its `mode`
+    # Settings replaced for this run, by the agent file's names ("temperature",
+    # "budget.maxModelCalls", …): each must be among the agent's `overrides`.
+    overrides: dict[str, Any] | None = None
+    # When the run started (ms since the epoch): its prompts' {{date}} and {{now}}. Set by
+    # the front door; kept with the command, so a resumed run renders the same prompts.
+    started_at_ms: int = 0
 
     def to_record(self) -> dict[str, Any]:
         """The command as JSON data (what a run's journal keeps of its query)."""

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import builtins
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
+from dataclasses import replace
 
 from service.core import events
 from service.core.agents.definition import AgentDefinition
+from service.core.agents.overrides import with_overrides
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.history import replay
@@ -47,6 +50,7 @@ from service.core.modes import MODES
 from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
 from service.core.run.binding import bind_stages
 from service.core.run.context import RunServices
+from service.core.run.prompt import PromptValues, render
 from service.core.run.state import RunState
 from service.core.run.subagents import Subagents
 from service.core.tools.registry import ToolRegistry
@@ -123,6 +127,12 @@ class FrontDoor:
         agent = self.agents.get(command.agent_key)
         if command.mode is not None:  # the query chooses among the agent's modes
             agent = agent.in_mode(command.mode)
+        agent = with_overrides(agent, command.overrides)  # only what the agent allows
+        if not command.started_at_ms:  # the time its prompts' {{date}} and {{now}} say
+            command = replace(command, started_at_ms=time.time_ns() // 1_000_000)
+        values = PromptValues.of(command)
+        for stage in agent.stage_names:  # a prompt variable that cannot be filled fails now
+            render(agent.stage(stage).system_prompt, values)
         mode = MODES.get(agent.mode)
         if mode is None:
             raise InvalidRequest(f"agent {agent.key!r}: mode {agent.mode} is not available")

@@ -146,7 +146,30 @@ def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) ->
         strategy=strategy,
         principal=principal,
         mode=mode,
+        overrides=overrides_of(request.overrides) if request.HasField("overrides") else None,
     )
+
+
+#: The agent file's name of each override a `RunOverrides` field sets.
+OVERRIDE_NAMES = {
+    "model": "model",
+    "provider_key": "providerKey",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+    "reasoning_enabled": "reasoning.enabled",
+    "reasoning_effort": "reasoning.effort",
+    "max_model_calls": "budget.maxModelCalls",
+    "max_tool_calls": "budget.maxToolCalls",
+    "max_steps": "budget.maxSteps",
+    "timeout_ms": "budget.timeoutMs",
+}
+
+
+def overrides_of(message: gw.RunOverrides) -> dict[str, Any]:
+    """The overrides a query sets, by the agent file's names (NaN and infinity refused)."""
+    overrides = {OVERRIDE_NAMES[f.name]: value for f, value in message.ListFields()}
+    return dict(_finite(overrides, "overrides"))
 
 
 def submit_command(request: gw.SubmitRequest, principal: Principal = ANONYMOUS) -> SubmitCommand:

@@ -200,6 +200,7 @@ class QueryRequest(_message.Message):
     DEBUG_LEVEL_FIELD_NUMBER: _builtins.int
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    OVERRIDES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The client's id for the request; generated when empty."""
     chat_id: _builtins.str
@@ -233,6 +234,13 @@ class QueryRequest(_message.Message):
     def scene(self) -> _struct_pb2.Struct:
         """Free-form description of where the user is."""
 
+    @_builtins.property
+    def overrides(self) -> Global___RunOverrides:
+        """Settings of the agent replaced for this run only (its model, sampling, budgets). The
+        agent file must list each one set here in its `overrides`; anything else is
+        INVALID_ARGUMENT, with a message naming what and why.
+        """
+
     def __init__(
         self,
         *,
@@ -248,16 +256,113 @@ class QueryRequest(_message.Message):
         debug_level: Global___DebugLevel.ValueType = ...,
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
         mode: Global___AgentMode.ValueType = ...,
+        overrides: Global___RunOverrides | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "overrides", b"overrides", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "overrides", b"overrides", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stream: _TypeAlias = _typing.Literal["stream"]  # noqa: Y015
     _WhichOneofArgType__stream: _TypeAlias = _typing.Literal["_stream", b"_stream"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__stream) -> _WhichOneofReturnType__stream | None: ...
 
 Global___QueryRequest: _TypeAlias = QueryRequest  # noqa: Y015
+
+@_typing.final
+class RunOverrides(_message.Message):
+    """Settings a query may change for its run, each where the agent file's `overrides`
+    names it (the name in parentheses). Unset fields keep the agent's values; the model
+    settings apply to every stage of the agent.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PROVIDER_KEY_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_FIELD_NUMBER: _builtins.int
+    TOP_P_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_ENABLED_FIELD_NUMBER: _builtins.int
+    REASONING_EFFORT_FIELD_NUMBER: _builtins.int
+    MAX_MODEL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_STEPS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model to call ("model"), e.g. "gpt-4o-mini"."""
+    provider_key: _builtins.str
+    """The provider to call ("providerKey"), a configured provider key."""
+    temperature: _builtins.float
+    """Sampling temperature, 0 to 2 ("temperature")."""
+    top_p: _builtins.float
+    """Nucleus sampling, above 0 and at most 1 ("top_p")."""
+    max_tokens: _builtins.int
+    """The most tokens one model call may generate ("max_tokens")."""
+    reasoning_enabled: _builtins.bool
+    """Whether the model reasons before answering ("reasoning.enabled")."""
+    reasoning_effort: _builtins.str
+    """How hard the model reasons: "LOW", "MEDIUM" or "HIGH" ("reasoning.effort")."""
+    max_model_calls: _builtins.int
+    """Model calls the run may make ("budget.maxModelCalls")."""
+    max_tool_calls: _builtins.int
+    """Tool calls the run may make ("budget.maxToolCalls")."""
+    max_steps: _builtins.int
+    """Rounds with tool calls the run may make ("budget.maxSteps")."""
+    timeout_ms: _builtins.int
+    """How long the run may take, in milliseconds ("budget.timeoutMs")."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        provider_key: _builtins.str = ...,
+        temperature: _builtins.float | None = ...,
+        top_p: _builtins.float | None = ...,
+        max_tokens: _builtins.int | None = ...,
+        reasoning_enabled: _builtins.bool | None = ...,
+        reasoning_effort: _builtins.str = ...,
+        max_model_calls: _builtins.int | None = ...,
+        max_tool_calls: _builtins.int | None = ...,
+        max_steps: _builtins.int | None = ...,
+        timeout_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_steps", b"_max_steps", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "_reasoning_enabled", b"_reasoning_enabled", "_temperature", b"_temperature", "_timeout_ms", b"_timeout_ms", "_top_p", b"_top_p", "max_model_calls", b"max_model_calls", "max_steps", b"max_steps", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "reasoning_enabled", b"reasoning_enabled", "temperature", b"temperature", "timeout_ms", b"timeout_ms", "top_p", b"top_p"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_steps", b"_max_steps", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "_reasoning_enabled", b"_reasoning_enabled", "_temperature", b"_temperature", "_timeout_ms", b"_timeout_ms", "_top_p", b"_top_p", "max_model_calls", b"max_model_calls", "max_steps", b"max_steps", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "model", b"model", "provider_key", b"provider_key", "reasoning_effort", b"reasoning_effort", "reasoning_enabled", b"reasoning_enabled", "temperature", b"temperature", "timeout_ms", b"timeout_ms", "top_p", b"top_p"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_model_calls: _TypeAlias = _typing.Literal["max_model_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_model_calls: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls"]  # noqa: Y015
+    _WhichOneofReturnType__max_steps: _TypeAlias = _typing.Literal["max_steps"]  # noqa: Y015
+    _WhichOneofArgType__max_steps: _TypeAlias = _typing.Literal["_max_steps", b"_max_steps"]  # noqa: Y015
+    _WhichOneofReturnType__max_tokens: _TypeAlias = _typing.Literal["max_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_tokens: _TypeAlias = _typing.Literal["_max_tokens", b"_max_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__max_tool_calls: _TypeAlias = _typing.Literal["max_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_tool_calls: _TypeAlias = _typing.Literal["_max_tool_calls", b"_max_tool_calls"]  # noqa: Y015
+    _WhichOneofReturnType__reasoning_enabled: _TypeAlias = _typing.Literal["reasoning_enabled"]  # noqa: Y015
+    _WhichOneofArgType__reasoning_enabled: _TypeAlias = _typing.Literal["_reasoning_enabled", b"_reasoning_enabled"]  # noqa: Y015
+    _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
+    _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    _WhichOneofReturnType__top_p: _TypeAlias = _typing.Literal["top_p"]  # noqa: Y015
+    _WhichOneofArgType__top_p: _TypeAlias = _typing.Literal["_top_p", b"_top_p"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_model_calls) -> _WhichOneofReturnType__max_model_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_steps) -> _WhichOneofReturnType__max_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tokens) -> _WhichOneofReturnType__max_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tool_calls) -> _WhichOneofReturnType__max_tool_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reasoning_enabled) -> _WhichOneofReturnType__reasoning_enabled | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__top_p) -> _WhichOneofReturnType__top_p | None: ...
+
+Global___RunOverrides: _TypeAlias = RunOverrides  # noqa: Y015
 
 @_typing.final
 class AttachRequest(_message.Message):

@@ -27,6 +27,7 @@ from service.core.run.binding import BoundModel, bind, bind_stages
 from service.core.run.eventlog import Emitter
 from service.core.run.executor import ToolExecutor
 from service.core.run.policies import NestedBudgets, RunPolicies
+from service.core.run.prompt import PromptValues, render
 from service.core.run.state import RunState
 from service.core.run.transcript import Message, PastRun, flatten
 from service.core.run.turn import Ids
@@ -87,6 +88,11 @@ class RunQuery:
     def of(cls, command: QueryCommand, memory: list[PastRun], user_message: Message) -> RunQuery:
         return cls(command, memory, user_message, flatten(memory))
 
+    @property
+    def prompt_values(self) -> PromptValues:
+        """What the system prompts' variables are filled in with."""
+        return PromptValues.of(self.command)
+
 
 @dataclass(slots=True, weakref_slot=True)
 class RunContext:
@@ -120,9 +126,16 @@ class RunContext:
     def nested(self, agent: AgentDefinition, task: str, tool_id: str) -> RunContext:
         """The context of `agent`'s nested run on `task`, called by this one with `tool_id`:
         a fresh conversation, its own ids and policies, its budgets counting in these."""
+        caller = self.command
         query = RunQuery(
             QueryCommand(
-                agent.key, task, chat_id=self.run.chat_id, principal=self.command.principal
+                agent.key,
+                task,
+                chat_id=self.run.chat_id,
+                principal=caller.principal,
+                params=caller.params,  # the request the caller serves: its prompts' values
+                scene=caller.scene,
+                started_at_ms=caller.started_at_ms,
             ),
             user_message={"role": "user", "content": task},
         )
@@ -152,7 +165,7 @@ class RunContext:
 
     def system_prompt(self, stage: ResolvedStage, tools: StageTools) -> str:
         """The system prompt of `stage` offering `tools`: hints, and the skills it may load."""
-        text = tools.system_prompt(stage.system_prompt)
+        text = tools.system_prompt(render(stage.system_prompt, self.query.prompt_values))
         skills = self.services.skills
         if skills is not None and SKILL_TOOL in tools.by_name:
             text += skills.prompt_section(self.agent)

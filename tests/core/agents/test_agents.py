@@ -506,6 +506,7 @@ def test_shipped_examples_all_load() -> None:
     agents = {agent.key: agent for agent in registry.list()}
     assert sorted(agents) == [
         "demo_action",
+        "demo_concierge",
         "demo_context",
         "demo_escalate",
         "demo_frontend",
