@@ -68,6 +68,9 @@ class QueryCommand:
     # When the run started (ms since the epoch): its prompts' {{date}} and {{now}}. Set by
     # the front door; kept with the command, so a resumed run renders the same prompts.
     started_at_ms: int = 0
+    # Tools the client declares for this run ({name, description, parameters} each), where
+    # the agent allows it (`clientTools`): frontend tools the client answers.
+    tools: tuple[dict[str, Any], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         """The command as JSON data (what a run's journal keeps of its query)."""
@@ -80,6 +83,7 @@ class QueryCommand:
     def from_record(cls, data: dict[str, Any]) -> QueryCommand:
         fields = dict(data)
         fields["references"] = tuple(Reference(**r) for r in fields.get("references", ()))
+        fields["tools"] = tuple(fields.get("tools", ()))
         fields["principal"] = Principal.from_record(fields.get("principal"))
         level = fields.get("debug_level")
         fields["debug_level"] = None if level is None else DebugLevel(level)

@@ -19,8 +19,9 @@ import builtins
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from service.core import events
 from service.core.agents.definition import AgentDefinition
@@ -53,6 +54,8 @@ from service.core.run.context import RunServices
 from service.core.run.prompt import PromptValues, render
 from service.core.run.state import RunState
 from service.core.run.subagents import Subagents
+from service.core.tools.definitions import client_tools
+from service.core.tools.names import SERVICE_TOOLS
 from service.core.tools.registry import ToolRegistry
 from service.core.values import ChatSummary, StoredUpload
 
@@ -137,13 +140,36 @@ class FrontDoor:
         if mode is None:
             raise InvalidRequest(f"agent {agent.key!r}: mode {agent.mode} is not available")
         models = bind_stages(self.services.models, agent)  # an unknown provider or model fails
-        for stage in agent.stage_names:  # and so do unknown tools
-            self.services.tools.for_stage(agent.stage(stage), agent.tool_policy)
+        named: set[str] = set()  # and so do unknown tools
+        for stage in agent.stage_names:
+            named.update(
+                self.services.tools.for_stage(agent.stage(stage), agent.tool_policy).by_name
+            )
         self.subagents.check(agent)  # and unknown subagents, cycles, too deep a nesting
+        if command.tools:
+            self._check_client_tools(agent, command.tools, named | set(agent.tool_names()))
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
         return await self.lifecycle.start(command, agent, mode, models, chat_id)
+
+    @staticmethod
+    def _check_client_tools(
+        agent: AgentDefinition, tools: Sequence[Mapping[str, Any]], taken: set[str]
+    ) -> None:
+        """The tools a query declares must be allowed, valid, and named apart from the agent's."""
+        if not agent.client_tools:
+            raise InvalidRequest(
+                f"agent {agent.key!r} does not take tools from the client (its file does not "
+                'set "clientTools": true); send the query without tools',
+                agent_key=agent.key,
+            )
+        for index, tool in enumerate(client_tools(tools)):
+            if tool.name in taken or tool.name in SERVICE_TOOLS:
+                raise InvalidRequest(
+                    f"tools[{index}].name: {tool.name!r} is a tool agent {agent.key!r} has "
+                    "already; name the client's tool otherwise"
+                )
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""

@@ -147,6 +147,18 @@ def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) ->
         principal=principal,
         mode=mode,
         overrides=overrides_of(request.overrides) if request.HasField("overrides") else None,
+        tools=tuple(
+            {
+                "name": tool.name,
+                "description": tool.description,
+                **(
+                    {"parameters": struct_value(tool.parameters, "tools.parameters")}
+                    if tool.HasField("parameters")
+                    else {}
+                ),
+            }
+            for tool in request.tools
+        ),
     )
 
 

@@ -1393,7 +1393,9 @@ class ToolStart(_message.Message):
     tool_name: _builtins.str
     """Name of the tool."""
     tool_type: _builtins.str
-    """Kind of tool: "backend", or the frontend view type ("html", "qlc", "dqlc")."""
+    """Kind of tool: "backend", the frontend view type ("html", "qlc", "dqlc"), or "client"
+    for a tool the query declared (`QueryRequest.tools`), answered by that client.
+    """
     tool_api: _builtins.str
     """The tool's API or view address, when it has one."""
     description: _builtins.str

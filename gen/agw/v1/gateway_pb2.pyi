@@ -201,6 +201,7 @@ class QueryRequest(_message.Message):
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     OVERRIDES_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The client's id for the request; generated when empty."""
     chat_id: _builtins.str
@@ -241,6 +242,15 @@ class QueryRequest(_message.Message):
         INVALID_ARGUMENT, with a message naming what and why.
         """
 
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientTool]:
+        """Tools the client declares for this run (as AG-UI clients do): offered to the model
+        as frontend tools beside the agent's own, in the stages that run tools; a call waits
+        for the client's answer through Submit, like a frontend tool of a tool file. The agent
+        must allow it (`clientTools` in its file); a tool is validated like a tool file's entry,
+        and a name the agent already uses is INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
@@ -257,16 +267,49 @@ class QueryRequest(_message.Message):
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
         mode: Global___AgentMode.ValueType = ...,
         overrides: Global___RunOverrides | None = ...,
+        tools: _abc.Iterable[Global___ClientTool] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "overrides", b"overrides", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "overrides", b"overrides", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "overrides", b"overrides", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stream: _TypeAlias = _typing.Literal["stream"]  # noqa: Y015
     _WhichOneofArgType__stream: _TypeAlias = _typing.Literal["_stream", b"_stream"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__stream) -> _WhichOneofReturnType__stream | None: ...
 
 Global___QueryRequest: _TypeAlias = QueryRequest  # noqa: Y015
+
+@_typing.final
+class ClientTool(_message.Message):
+    """A tool declared by the client for one run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name: 1 to 64 of letters, digits, `_` and `-`; unique among the run's tools."""
+    description: _builtins.str
+    """What it does, for the model (required)."""
+    @_builtins.property
+    def parameters(self) -> _struct_pb2.Struct:
+        """The JSON Schema of its arguments, an object schema; none when unset."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        parameters: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters", b"parameters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientTool: _TypeAlias = ClientTool  # noqa: Y015
 
 @_typing.final
 class RunOverrides(_message.Message):

@@ -394,6 +394,15 @@ class AgentFile(_Strict):
             "change is refused. Default: nothing."
         ),
     )
+    client_tools: bool = Field(
+        False,
+        alias="clientTools",
+        description=(
+            "Whether a query may declare tools of its own (QueryRequest.tools, an AG-UI "
+            "client's tools): offered to the model as frontend tools, in the stages that run "
+            "tools (plain, react, execute), answered by the client. Default: no."
+        ),
+    )
     plain: PlainStage | None = None
     react: ReactStage | None = None
     plan_execute: PlanExecuteConfig | None = Field(None, alias="planExecute")

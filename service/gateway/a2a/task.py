@@ -51,8 +51,9 @@ from service.gateway.a2a.dialect import (
     Update,
 )
 
-#: `tool.start` view types of frontend tools, whose calls wait for the user.
-FRONTEND_TYPES = frozenset({"html", "qlc", "dqlc"})
+#: `tool.start` types of frontend tools, whose calls wait for the user ("client": a tool the
+#: query declared).
+FRONTEND_TYPES = frozenset({"html", "qlc", "dqlc", "client"})
 ARTIFACT_NAME = "answer"
 
 

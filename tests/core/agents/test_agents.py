@@ -508,6 +508,7 @@ def test_shipped_examples_all_load() -> None:
         "demo_action",
         "demo_concierge",
         "demo_context",
+        "demo_copilot",
         "demo_escalate",
         "demo_frontend",
         "demo_loop",

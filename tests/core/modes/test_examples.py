@@ -40,6 +40,7 @@ EXPECTED = {
     "demo_question": {"question.ask", "request.submit", "question.answer", "tool.result"},
     "demo_context": {"context.compress", "tool.result"},
     "demo_concierge": {"content.start"},
+    "demo_copilot": {"content.start"},
     "demo_loop": {"loop.detect", "question.ask", "request.submit", "question.answer"},
     "demo_shell": {"tool.progress", "tool.result", "content.start"},
 }
