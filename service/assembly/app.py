@@ -12,8 +12,9 @@ from typing import Any
 from service import state
 from service.assembly import security
 from service.assembly.config import McpServerSettings, ProviderSettings, Settings
-from service.builtins.bash import BashOptions
+from service.builtins.bash import BashOptions, chats_dir
 from service.builtins.builtin import builtin_tools
+from service.builtins.files import WorkspaceReader
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.uploads import Uploads
@@ -184,6 +185,8 @@ class App:
                 replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
             journal=state.RUN_JOURNALS[settings.run_journal](options),
+            files=WorkspaceReader(chats_dir(bash_options(settings))),
+            download_max_bytes=settings.download_max_bytes,
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)

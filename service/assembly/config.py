@@ -245,6 +245,8 @@ class Settings(BaseSettings):
     run_archive_ttl_s: float = 7 * 24 * 3600.0  # then their event logs are kept on disk
     upload_max_bytes: int = 10 * 1024 * 1024
     upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model
+    # The largest file of a chat's workspace DownloadFile reads (bigger ones: PAYLOAD_TOO_LARGE).
+    download_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
 
     # Interaction log of every model call (logged at DEBUG under "agw.llm").
     interaction_log_enabled: bool = True

@@ -7,7 +7,10 @@ the host: no other chat's files. The workspace persists between calls and
 holds at most `workspace_quota_bytes`. The command is bounded in time, output,
 memory and processes; the result tells the model the exit code, whether the
 command timed out or its output was cut, what it printed, and how full the
-workspace is.
+workspace is. While it runs, each line it prints is reported (`tool.progress`); once it
+has ended, each file it created or changed in the workspace is announced (`file.create`,
+`file.update`; service/builtins/files.py reads the workspaces for ListFiles and
+DownloadFile).
 
 Calls take turns: one at a time per chat (they share its workspace), and at
 most `max_concurrent` sandboxes at once in the service. A call waits for its
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.builtins.files import changes, mime_type_of, snapshot
 from service.builtins.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 from service.builtins.workspace import Usage
 from service.core.ids import valid_chat_id
@@ -81,6 +85,11 @@ def policy_from(options: BashOptions) -> SandboxPolicy:
         if path == chats or path in chats.parents or chats in path.parents:
             raise ValueError(f"the allowed path {path} overlaps the chats' workspaces in {chats}")
     return policy
+
+
+def chats_dir(options: BashOptions) -> Path:
+    """Where the chats' workspaces are: `{working_dir}/chats`, resolved."""
+    return options.working_dir.expanduser().resolve() / CHATS
 
 
 def workspace_of(policy: SandboxPolicy, chat_id: str) -> Path:
@@ -163,8 +172,13 @@ class Bash:
                     "try again"
                 ) from None
             lines = OutputLines(call.progress)
+            before = await asyncio.to_thread(snapshot, workspace) if call.files else {}
             result = await run_sandboxed(command, policy, lines.feed if call.progress else None)
             lines.flush()
+            if call.files is not None:  # what the call wrote: file.create, file.update
+                after = await asyncio.to_thread(snapshot, workspace)
+                for path, size, created in changes(before, after):
+                    call.files(path, size, mime_type_of(path), created=created)
             return describe(result)
 
     @contextlib.asynccontextmanager

@@ -79,7 +79,7 @@ _SANDBOX_ENV = {
 _SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf")
 _ETC_NETWORK = ("hosts", "resolv.conf", "host.conf", "gai.conf", "ssl/certs", "ssl/openssl.cnf")
-_PROTECTED = (".git", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".envrc")
+PROTECTED = (".git", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".envrc")
 _PASSWD = (
     f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"
 )
@@ -312,7 +312,7 @@ def _mount_args(policy: SandboxPolicy, fds: _Fds) -> tuple[list[str], frozenset[
 def _protect(directory: Path, fds: _Fds) -> dict[str, int]:
     """Repository metadata and shell start-up files to mount read-only (never via a symlink)."""
     found: dict[str, int] = {}
-    for name in _PROTECTED:
+    for name in PROTECTED:
         fd = fds.path(directory / name, follow=False)
         if fd is not None:
             found[name] = fd

@@ -35,9 +35,11 @@ from service.core.errors import (
     BusUnavailable,
     ChatNotFound,
     InvalidRequest,
+    NotFound,
     PayloadTooLarge,
     RunNotFound,
 )
+from service.core.files import FileContent, WorkspaceFile, WorkspaceFiles
 from service.core.ids import (
     ANONYMOUS,
     Principal,
@@ -62,6 +64,7 @@ from service.core.values import ChatSummary, StoredUpload
 log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
+DOWNLOAD_CHUNK_BYTES = 64 * 1024  # a DownloadFile message's bytes at most
 MAX_PAGE_SIZE = 500
 
 
@@ -81,9 +84,13 @@ class FrontDoor:
         skills: SkillRegistry | None = None,
         options: RunOptions | None = None,
         journal: RunJournal | None = None,
+        files: WorkspaceFiles | None = None,
+        download_max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         options = options if options is not None else RunOptions()
         self.agents = agents
+        self.files = files  # the chats' workspaces, for ListFiles and DownloadFile
+        self.download_max_bytes = download_max_bytes
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -319,6 +326,38 @@ class FrontDoor:
             command.chat_id,
             owner=command.principal,
         )
+
+    # -- the files of a chat's workspace ----------------------------------------------
+
+    async def list_files(
+        self, chat_id: str, principal: Principal = ANONYMOUS
+    ) -> builtins.list[WorkspaceFile]:
+        """The files the chat's tools wrote in its workspace, for the chat's owner."""
+        await self._visible_chat(chat_id, principal)
+        return await self.files.list(chat_id) if self.files is not None else []
+
+    async def download(
+        self, chat_id: str, path: str, principal: Principal = ANONYMOUS
+    ) -> tuple[WorkspaceFile, FileContent]:
+        """A file of the chat's workspace and its bytes, for the chat's owner, up to the
+        download limit."""
+        await self._visible_chat(chat_id, principal)
+        if not path:
+            raise InvalidRequest("path is required")
+        if self.files is None:
+            raise NotFound(f"no file {shorten(path)!r} in the workspace of chat {chat_id!r}")
+        return await self.files.read(chat_id, path, self.download_max_bytes, DOWNLOAD_CHUNK_BYTES)
+
+    async def _visible_chat(self, chat_id: str, principal: Principal) -> None:
+        """The chat must exist and be `principal`'s (to anyone else it does not exist)."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        summary = await self.lifecycle.chats.summary(chat_id)
+        active = await self.lifecycle.bus.active_of(chat_id) if summary is None else None
+        owner = summary.owner if summary is not None else active.owner if active else None
+        if owner != principal:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import InvalidRequest
+from service.core.files import WorkspaceFile
 from service.core.ids import ANONYMOUS, Principal
 from service.core.values import ChatSummary, StoredUpload
 
@@ -280,6 +281,15 @@ WAIT_KIND = {
     "permission": gw.WAIT_KIND_PERMISSION,
     "plan_approval": gw.WAIT_KIND_PLAN_APPROVAL,
 }
+
+
+def workspace_file(file: WorkspaceFile) -> gw.WorkspaceFile:
+    return gw.WorkspaceFile(
+        path=file.path,
+        size_bytes=file.size_bytes,
+        mime_type=file.mime_type,
+        modified_at=file.modified_at_ms,
+    )
 
 
 def upload_response(upload: StoredUpload, command: UploadCommand) -> gw.UploadResponse:

@@ -20,6 +20,7 @@ import grpc
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
+from google.api import httpbody_pb2  # type: ignore[import-untyped]
 
 from service.core.errors import AgwError
 from service.core.frontdoor import FrontDoor
@@ -185,6 +186,35 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             history=not request.live_run_only,
         )
         return codec.chat_response(view, include_raw_messages=request.include_raw_messages)
+
+    @unary
+    async def ListFiles(
+        self, request: gw.ListFilesRequest, context: Context
+    ) -> gw.ListFilesResponse:
+        files = await self.front.list_files(request.chat_id, principal())
+        return gw.ListFilesResponse(files=[codec.workspace_file(f) for f in files])
+
+    async def DownloadFile(self, request: gw.DownloadFileRequest, context: Context) -> None:  # type: ignore[override]
+        """The file's bytes in chunks, the first with its content type (google.api.HttpBody)."""
+        with rpc_span("DownloadFile", context):
+            try:
+                file, content = await self.front.download(
+                    request.chat_id, request.path, principal()
+                )
+            except AgwError as error:
+                await abort(context, error)
+                return
+            try:
+                content_type = file.mime_type
+                async for chunk in content:
+                    await context.write(
+                        httpbody_pb2.HttpBody(content_type=content_type, data=chunk)
+                    )
+                    content_type = ""
+                if content_type:  # an empty file: one message, without bytes
+                    await context.write(httpbody_pb2.HttpBody(content_type=content_type))
+            finally:
+                await content.aclose()
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:

@@ -102,6 +102,20 @@ COMMANDS = (
 )
 
 
+#: Paths of a chat's workspace to read (DownloadFile): what the commands above write, and
+#: ways out of it.
+WORKSPACE_PATHS = (
+    "note.txt",
+    "root",
+    "root/etc/passwd",
+    "../../etc/passwd",
+    "/etc/passwd",
+    ".git/config",
+    "note.txt/..",
+    "",
+)
+
+
 def fuzz(max_examples: int) -> Callable[[T], T]:
     """The settings of a fuzz test (see the module docstring)."""
 

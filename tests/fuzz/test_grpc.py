@@ -35,6 +35,7 @@ from tests.fuzz.kit import (
     AGENT_KEYS,
     CALL_TIMEOUT_S,
     COMMANDS,
+    WORKSPACE_PATHS,
     FuzzService,
     callers,
     forget_runs,
@@ -62,6 +63,7 @@ def hints(service: FuzzService) -> Hints:
         "id": ids.values("uploads"),
         "after_seq": st.integers(0, 12),
         "page_token": st.just("") | strings(),
+        "path": st.sampled_from(WORKSPACE_PATHS) | strings(),
     }
 
 

@@ -159,6 +159,8 @@ class Event(_message.Message):
     PERMISSION_ANSWER_FIELD_NUMBER: _builtins.int
     QUESTION_ASK_FIELD_NUMBER: _builtins.int
     QUESTION_ANSWER_FIELD_NUMBER: _builtins.int
+    FILE_CREATE_FIELD_NUMBER: _builtins.int
+    FILE_UPDATE_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Position in the run's stream: 1 for the first event, then strictly
     increasing by one. Heartbeats carry 0 (they are not part of the run's log).
@@ -381,6 +383,16 @@ class Event(_message.Message):
     def question_answer(self) -> Global___QuestionAnswer:
         """"question.answer": the answer to a question (or its time-out)."""
 
+    @_builtins.property
+    def file_create(self) -> Global___FileCreate:
+        """"file.create": a tool call wrote a new file in the chat's workspace (ListFiles lists
+        it, DownloadFile reads it); after the call's `tool.end`, before its `tool.result`.
+        """
+
+    @_builtins.property
+    def file_update(self) -> Global___FileUpdate:
+        """"file.update": a tool call changed a file of the chat's workspace."""
+
     def __init__(
         self,
         *,
@@ -440,12 +452,14 @@ class Event(_message.Message):
         permission_answer: Global___PermissionAnswer | None = ...,
         question_ask: Global___QuestionAsk | None = ...,
         question_answer: Global___QuestionAnswer | None = ...,
+        file_create: Global___FileCreate | None = ...,
+        file_update: Global___FileUpdate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "file_create", b"file_create", "file_update", b"file_update", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "file_create", b"file_create", "file_update", b"file_update", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "tool_progress", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "tool_progress", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer", "file_create", "file_update"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -2281,3 +2295,71 @@ class QuestionAnswer(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QuestionAnswer: _TypeAlias = QuestionAnswer  # noqa: Y015
+
+@_typing.final
+class FileCreate(_message.Message):
+    """Payload of "file.create"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """The tool call that wrote the file."""
+    path: _builtins.str
+    """The file's path in the chat's workspace, "/"-separated, e.g. "out/report.csv"."""
+    size_bytes: _builtins.int
+    """Its size in bytes."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "path", b"path", "size_bytes", b"size_bytes", "tool_id", b"tool_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileCreate: _TypeAlias = FileCreate  # noqa: Y015
+
+@_typing.final
+class FileUpdate(_message.Message):
+    """Payload of "file.update"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """The tool call that changed the file."""
+    path: _builtins.str
+    """The file's path in the chat's workspace, "/"-separated."""
+    size_bytes: _builtins.int
+    """Its size in bytes now."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "path", b"path", "size_bytes", b"size_bytes", "tool_id", b"tool_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileUpdate: _TypeAlias = FileUpdate  # noqa: Y015

@@ -1027,3 +1027,109 @@ class UploadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UploadResponse: _TypeAlias = UploadResponse  # noqa: Y015
+
+@_typing.final
+class ListFilesRequest(_message.Message):
+    """Request of ListFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat whose workspace to list (required)."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesRequest: _TypeAlias = ListFilesRequest  # noqa: Y015
+
+@_typing.final
+class WorkspaceFile(_message.Message):
+    """A file of a chat's workspace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    MODIFIED_AT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Its path in the workspace, "/"-separated, e.g. "out/report.csv"."""
+    size_bytes: _builtins.int
+    """Its size in bytes."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    modified_at: _builtins.int
+    """When it last changed, ms since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+        modified_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "modified_at", b"modified_at", "path", b"path", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceFile: _TypeAlias = WorkspaceFile  # noqa: Y015
+
+@_typing.final
+class ListFilesResponse(_message.Message):
+    """Response of ListFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceFile]:
+        """The workspace's regular files, by path (none when the chat's tools wrote none)."""
+
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___WorkspaceFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesResponse: _TypeAlias = ListFilesResponse  # noqa: Y015
+
+@_typing.final
+class DownloadFileRequest(_message.Message):
+    """Request of DownloadFile."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat whose workspace holds the file (required)."""
+    path: _builtins.str
+    """The file's path in the workspace, as ListFiles gives it (required)."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DownloadFileRequest: _TypeAlias = DownloadFileRequest  # noqa: Y015

@@ -5,6 +5,7 @@ import warnings
 
 from agw.v1 import events_pb2 as agw_dot_v1_dot_events__pb2
 from agw.v1 import gateway_pb2 as agw_dot_v1_dot_gateway__pb2
+from google.api import httpbody_pb2 as google_dot_api_dot_httpbody__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -81,6 +82,16 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.UploadResponse.FromString,
                 _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListFiles',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
+        self.DownloadFile = channel.unary_stream(
+                '/agw.v1.AgentGateway/DownloadFile',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.SerializeToString,
+                response_deserializer=google_dot_api_dot_httpbody__pb2.HttpBody.FromString,
+                _registered_method=True)
 
 
 class AgentGatewayServicer:
@@ -155,6 +166,21 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFiles(self, request, context):
+        """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadFile(self, request, context):
+        """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+        content type. Over HTTP the response is the file itself, with that content type.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentGatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +228,16 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.Upload,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.UploadRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.UploadResponse.SerializeToString,
+            ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListFilesRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'DownloadFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadFile,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.FromString,
+                    response_serializer=google_dot_api_dot_httpbody__pb2.HttpBody.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +484,60 @@ class AgentGateway:
             '/agw.v1.AgentGateway/Upload',
             agw_dot_v1_dot_gateway__pb2.UploadRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.UploadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListFiles',
+            agw_dot_v1_dot_gateway__pb2.ListFilesRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agw.v1.AgentGateway/DownloadFile',
+            agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.SerializeToString,
+            google_dot_api_dot_httpbody__pb2.HttpBody.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ Events; unary ones answer `{"code": 0, "msg": "success", "data": {...}}`.
 from agw.v1 import events_pb2 as _events_pb2
 from agw.v1 import gateway_pb2 as _gateway_pb2
 from collections import abc as _abc
+from google.api import httpbody_pb2 as _httpbody_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -65,6 +66,12 @@ class AgentGatewayStub:
     """Returns a chat's history as replayable events."""
     Upload: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]
     """Stores a file that a later query can reference."""
+    ListFiles: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListFilesRequest, _gateway_pb2.ListFilesResponse]
+    """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+    DownloadFile: _grpc.UnaryStreamMultiCallable[_gateway_pb2.DownloadFileRequest, _httpbody_pb2.HttpBody]
+    """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+    content type. Over HTTP the response is the file itself, with that content type.
+    """
 
 @_typing.type_check_only
 class AgentGatewayAsyncStub(AgentGatewayStub):
@@ -97,6 +104,12 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Returns a chat's history as replayable events."""
     Upload: _aio.UnaryUnaryMultiCallable[_gateway_pb2.UploadRequest, _gateway_pb2.UploadResponse]  # type: ignore[assignment]
     """Stores a file that a later query can reference."""
+    ListFiles: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListFilesRequest, _gateway_pb2.ListFilesResponse]  # type: ignore[assignment]
+    """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+    DownloadFile: _aio.UnaryStreamMultiCallable[_gateway_pb2.DownloadFileRequest, _httpbody_pb2.HttpBody]  # type: ignore[assignment]
+    """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+    content type. Over HTTP the response is the file itself, with that content type.
+    """
 
 class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
     """The agent gateway."""
@@ -180,5 +193,23 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.UploadResponse, _abc.Awaitable[_gateway_pb2.UploadResponse]]:
         """Stores a file that a later query can reference."""
+
+    @_abc_1.abstractmethod
+    def ListFiles(
+        self,
+        request: _gateway_pb2.ListFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListFilesResponse, _abc.Awaitable[_gateway_pb2.ListFilesResponse]]:
+        """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+
+    @_abc_1.abstractmethod
+    def DownloadFile(
+        self,
+        request: _gateway_pb2.DownloadFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_httpbody_pb2.HttpBody], _abc.AsyncIterator[_httpbody_pb2.HttpBody]]:
+        """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+        content type. Over HTTP the response is the file itself, with that content type.
+        """
 
 def add_AgentGatewayServicer_to_server(servicer: AgentGatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

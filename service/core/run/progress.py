@@ -1,5 +1,5 @@
 """What a backend tool reports while it runs: `tool.progress` events between its `tool.end`
-and its `tool.result`.
+and its `tool.result`, and the files it wrote (`file.create`, `file.update`).
 
 A tool implementation gets a `Progress` in its `ToolCallInfo.progress` and calls it
 with a message (a line of output: `_bash_` sends each line of its command's stdout and
@@ -7,6 +7,9 @@ stderr) and/or numbers (an MCP server's progress notifications: progress and tot
 Each call is one event, emitted at once. A call reports at most `MAX_EVENTS` of them
 (the last one says that the rest is not shown) and each message is cut to
 `MAX_MESSAGE_CHARS`; the tool's result is what the model reads, never its progress.
+
+A tool that writes in the chat's workspace announces each file a call created or changed
+(`FileNotices`), at most `MAX_FILE_EVENTS` per call.
 """
 
 from __future__ import annotations
@@ -57,6 +60,33 @@ class Progress:
                 progress=_number(progress),
                 total=_number(total),
                 stream=stream,
+            )
+        )
+
+
+#: The most `file.create`/`file.update` events one call emits (the files are all listed by
+#: ListFiles whatever their number).
+MAX_FILE_EVENTS = 100
+
+
+class FileNotices:
+    """Announces the files one tool call wrote: `file.create`, `file.update`."""
+
+    __slots__ = ("_emitted", "out", "tool_id")
+
+    def __init__(self, out: Emitter, tool_id: str) -> None:
+        self.out = out
+        self.tool_id = tool_id
+        self._emitted = 0
+
+    def __call__(self, path: str, size_bytes: int, mime_type: str, *, created: bool) -> None:
+        if self.out.done or self._emitted >= MAX_FILE_EVENTS:
+            return
+        self._emitted += 1
+        kind = "file_create" if created else "file_update"
+        self.out.emit(
+            events.make(
+                kind, tool_id=self.tool_id, path=path, size_bytes=size_bytes, mime_type=mime_type
             )
         )
 

@@ -72,6 +72,13 @@ class ProgressReport(Protocol):
     ) -> None: ...
 
 
+class FileReport(Protocol):
+    """Announces a file the call wrote in the chat's workspace: `file.create` (`created`)
+    or `file.update` (service/core/run/progress.py)."""
+
+    def __call__(self, path: str, size_bytes: int, mime_type: str, *, created: bool) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallInfo:
     """What a tool implementation knows about the call it serves."""
@@ -87,6 +94,8 @@ class ToolCallInfo:
     agent_key: str = ""  # the agent whose stage made the call
     # Report how far the call got, while it runs (tool.progress); None: not reported.
     progress: ProgressReport | None = None
+    # Announce the files the call wrote in the chat's workspace; None: not announced.
+    files: FileReport | None = None
 
 
 class ToolHandler(Protocol):

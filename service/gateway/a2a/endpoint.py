@@ -53,7 +53,7 @@ from service.gateway.a2a.dialect import (
 )
 from service.gateway.a2a.jsonrpc import RpcError
 from service.gateway.a2a.stream import SseWriter, Turn
-from service.gateway.a2a.task import TaskFold
+from service.gateway.a2a.task import FILES_BASE, TaskFold
 from service.gateway.metadata import Metadata, metadata_of
 from service.gateway.sse import ClientGone
 from service.gateway.status import failure, rpc_failure, shown
@@ -102,6 +102,7 @@ class A2AEndpoint:
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         """One JSON-RPC call; every failure is a JSON-RPC error, never a traceback."""
         call_id: jsonrpc.RequestId = None
+        FILES_BASE.set(f"{request.scheme}://{request.host}")  # the files' download URLs
         try:
             call = await self._read(request)
             call_id = call.id
