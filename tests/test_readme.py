@@ -161,6 +161,7 @@ async def service(tmp_path: Path) -> AsyncIterator[Harness]:
         data_dir=tmp_path / "data",
         bash_working_dir=tmp_path / "workspace",
         demo_delay_ms=0,
+        webhook_allowed_hosts=["127.0.0.1"],  # as the webhook example says
     ) as harness:
         yield harness
 

@@ -71,6 +71,11 @@ class QueryCommand:
     # Tools the client declares for this run ({name, description, parameters} each), where
     # the agent allows it (`clientTools`): frontend tools the client answers.
     tools: tuple[dict[str, Any], ...] = ()
+    # The run's id, when the front door chose it before the run started (to register its
+    # webhooks first); "": drawn when the run is prepared.
+    run_id: str = ""
+    # Started in the background (Start): nobody following it is no reason to cancel it.
+    background: bool = False
 
     def to_record(self) -> dict[str, Any]:
         """The command as JSON data (what a run's journal keeps of its query)."""

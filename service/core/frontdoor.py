@@ -15,8 +15,11 @@ it runs, for `retention_s` after it ended from memory, then from the run log.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
+import re
+import secrets
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -59,12 +62,27 @@ from service.core.run.subagents import Subagents
 from service.core.tools.definitions import client_tools
 from service.core.tools.names import SERVICE_TOOLS
 from service.core.tools.registry import ToolRegistry
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, LiveRun, StoredUpload
+from service.core.webhooks import (
+    MAX_WEBHOOKS,
+    Webhook,
+    WebhookOptions,
+    WebhookStore,
+    webhook_of,
+)
 
 log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
 DOWNLOAD_CHUNK_BYTES = 64 * 1024  # a DownloadFile message's bytes at most
+MIN_WAIT_S = 0.05  # a Wait of 0 still reads what the run has done so far
+_WEBHOOK_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def valid_webhook_id(webhook_id: str) -> bool:
+    return _WEBHOOK_ID.fullmatch(webhook_id) is not None
+
+
 MAX_PAGE_SIZE = 500
 
 
@@ -86,11 +104,15 @@ class FrontDoor:
         journal: RunJournal | None = None,
         files: WorkspaceFiles | None = None,
         download_max_bytes: int = 64 * 1024 * 1024,
+        webhooks: WebhookStore | None = None,
+        webhook_options: WebhookOptions | None = None,
     ) -> None:
         options = options if options is not None else RunOptions()
         self.agents = agents
         self.files = files  # the chats' workspaces, for ListFiles and DownloadFile
         self.download_max_bytes = download_max_bytes
+        self.webhooks = webhooks  # the runs' webhooks (None: not offered)
+        self.webhook_options = webhook_options or WebhookOptions()
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -121,8 +143,10 @@ class FrontDoor:
 
     # -- runs --------------------------------------------------------------------------
 
-    async def query(self, command: QueryCommand) -> RunState:
-        """Validate `command`, start its run, and return the run (already streaming)."""
+    async def query(self, command: QueryCommand, webhooks: Sequence[Webhook] = ()) -> RunState:
+        """Validate `command`, start its run, and return the run (already streaming).
+
+        `webhooks` (the query's) are checked and kept before the run starts."""
         self.lifecycle.admit()
         if not command.agent_key:
             raise InvalidRequest("agentKey is required")
@@ -155,10 +179,47 @@ class FrontDoor:
         self.subagents.check(agent)  # and unknown subagents, cycles, too deep a nesting
         if command.tools:
             self._check_client_tools(agent, command.tools, named | set(agent.tool_names()))
+        if len(webhooks) > MAX_WEBHOOKS:
+            raise InvalidRequest(f"webhooks: at most {MAX_WEBHOOKS} for one query")
+        checked = [self._client_webhook(w, f"webhooks[{i}]") for i, w in enumerate(webhooks)]
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
-        return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        if not checked:
+            return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        command = replace(command, run_id=command.run_id or secrets.token_hex(8))
+        kept = [await self._keep_webhook(w, command.run_id, command.principal) for w in checked]
+        try:
+            return await self.lifecycle.start(command, agent, mode, models, chat_id)
+        except BaseException:
+            for webhook in kept:  # the run never began: nothing will notify them
+                await self._store().remove(command.run_id, webhook.webhook_id)
+            raise
+
+    async def start(self, command: QueryCommand, webhooks: Sequence[Webhook] = ()) -> RunState:
+        """Start `command`'s run in the background: like `query`, but the run is not
+        cancelled for want of a follower."""
+        return await self.query(replace(command, background=True), webhooks)
+
+    async def wait(
+        self, run_id: str, timeout_s: float, principal: Principal = ANONYMOUS
+    ) -> tuple[events.Event | None, events.Event | None, LiveRun | None]:
+        """Wait for `principal`'s run to end, at most `timeout_s`: (its terminal event or
+        None, its last event so far, its chat's live run while it runs)."""
+        followed = await self.attach(run_id, 0, principal)
+        last: events.Event | None = None
+        try:
+            async with asyncio.timeout(max(timeout_s, MIN_WAIT_S)):
+                async for event in followed:
+                    last = event
+        except TimeoutError:
+            pass
+        finally:
+            await followed.aclose()
+        if last is not None and last.WhichOneof("payload") in events.TERMINALS:
+            return last, last, None
+        live = await self.lifecycle.bus.live_of(last.chat_id) if last is not None else None
+        return None, last, live if live is not None and live.run_id == run_id else None
 
     @staticmethod
     def _check_client_tools(
@@ -327,6 +388,89 @@ class FrontDoor:
             owner=command.principal,
         )
 
+    # -- the webhooks of a run ---------------------------------------------------------
+
+    async def add_webhook(
+        self, run_id: str, webhook: Webhook, principal: Principal = ANONYMOUS
+    ) -> Webhook:
+        """Add a webhook to `principal`'s run (replacing the run's webhook of its id)."""
+        await self._owned_run(run_id, principal)
+        checked = self._client_webhook(webhook, "webhook")
+        if webhook.webhook_id and not valid_webhook_id(webhook.webhook_id):
+            raise InvalidRequest("webhookId: 1 to 64 letters, digits, '_', '-' or '.'")
+        known = await self._store().of_run(run_id)
+        if webhook.webhook_id not in {w.webhook_id for w in known} and len(known) >= MAX_WEBHOOKS:
+            raise InvalidRequest(f"run {run_id!r} has {MAX_WEBHOOKS} webhooks already")
+        return await self._keep_webhook(
+            replace(checked, webhook_id=webhook.webhook_id), run_id, principal
+        )
+
+    async def run_webhooks(
+        self, run_id: str, principal: Principal = ANONYMOUS
+    ) -> builtins.list[Webhook]:
+        """The webhooks of `principal`'s run, oldest first."""
+        await self._owned_run(run_id, principal)
+        return await self._store().of_run(run_id)
+
+    async def run_webhook(
+        self, run_id: str, webhook_id: str, principal: Principal = ANONYMOUS
+    ) -> Webhook:
+        for webhook in await self.run_webhooks(run_id, principal):
+            if webhook.webhook_id == webhook_id:
+                return webhook
+        raise NotFound(f"run {run_id!r} has no webhook {shorten(webhook_id)!r}")
+
+    async def remove_webhook(
+        self, run_id: str, webhook_id: str, principal: Principal = ANONYMOUS
+    ) -> None:
+        await self._owned_run(run_id, principal)
+        if not await self._store().remove(run_id, webhook_id):
+            raise NotFound(f"run {run_id!r} has no webhook {shorten(webhook_id)!r}")
+
+    def _store(self) -> WebhookStore:
+        if self.webhooks is None:
+            raise InvalidRequest("webhooks are not offered by this service")
+        return self.webhooks
+
+    def _client_webhook(self, webhook: Webhook, what: str) -> Webhook:
+        """A webhook a client gives, checked against what the service allows."""
+        self._store()
+        options = self.webhook_options
+        return webhook_of(
+            webhook.url,
+            allowed_hosts=options.allowed_hosts,
+            format=webhook.format,
+            secret=webhook.secret,
+            token=webhook.token,
+            authorization=webhook.authorization,
+            signing=options.signing,
+            what=what,
+        )
+
+    async def _keep_webhook(self, webhook: Webhook, run_id: str, owner: Principal) -> Webhook:
+        kept = replace(
+            webhook,
+            run_id=run_id,
+            owner=owner,
+            webhook_id=webhook.webhook_id or "wh_" + secrets.token_hex(6),
+            created_at_ms=time.time_ns() // 1_000_000,
+        )
+        await self._store().add(kept)
+        return kept
+
+    async def _owned_run(self, run_id: str, principal: Principal) -> None:
+        """`principal`'s run, live, recent or kept in the run log; RunNotFound otherwise."""
+        if not run_id:
+            raise InvalidRequest("runId is required")
+        found = await self.lifecycle.bus.find(run_id) if valid_run_id(run_id) else None
+        if found is not None and found.owner == principal:
+            return
+        kept = await self.lifecycle.run_log.load(run_id) if valid_run_id(run_id) else None
+        if found is None and kept and await self._owns_chat(kept[0].chat_id, principal):
+            return
+        shown = shorten(run_id)
+        raise RunNotFound(f"no run {shown!r} (unknown or expired)", run_id=shown)
+
     # -- the files of a chat's workspace ----------------------------------------------
 
     async def list_files(
@@ -369,6 +513,8 @@ class FrontDoor:
         await self.lifecycle.bus.open()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.open()
+        if self.webhooks is not None:
+            await self.webhooks.open()
 
     async def resume(self, reason: str = "restart") -> list[RunState]:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
@@ -384,6 +530,8 @@ class FrontDoor:
         await self.lifecycle.bus.close()
         if self.lifecycle.journal is not None:
             await self.lifecycle.journal.close()
+        if self.webhooks is not None:
+            await self.webhooks.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded and kept in the run log."""

@@ -20,10 +20,14 @@ here (`summaries.py`, `framing.py`, `run_refs.py`).
 | RunJournal | `files` | a SQLite file of the runs in flight (`files/journal.py`), the default |
 | RunJournal | `memory` | in-process (`local/stores.py`): runs outlive their task, not the process |
 | RunJournal | `none` | runs are not journaled: they end with their process |
+| WebhookStore | `files` | webhooks and queued notifications in SQLite (`files/webhooks.py`) |
+| WebhookStore | `memory` | in-process (`local/webhooks.py`): the queue dies with the process |
+| WebhookStore | `postgres` | PostgreSQL, shared by replicas (`postgres/webhooks.py`) |
 
 Adding a backend is a new module in its backend's folder (a new folder for a new
 kind of storage) and one line in the tables below; the settings pick one by name
-(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`).
+(`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`,
+`AGW_WEBHOOK_STORE`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -35,10 +39,12 @@ from pathlib import Path
 
 from service.core.ports import ChatStore, RunBus, RunJournal, RunLog, UploadStore
 from service.core.run.waits import Waits
+from service.core.webhooks import WebhookStore
 from service.state.files.chats import FsyncPolicy, JsonlChatStore
 from service.state.files.journal import FileRunJournal
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
+from service.state.files.webhooks import FileWebhookStore
 from service.state.local.bus import LocalRunBus
 from service.state.local.stores import (
     LocalChatStore,
@@ -46,9 +52,11 @@ from service.state.local.stores import (
     LocalRunLog,
     LocalUploadStore,
 )
+from service.state.local.webhooks import LocalWebhookStore
 from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
+from service.state.postgres.webhooks import PostgresWebhookStore
 from service.state.redis.bus import RedisRunBus
 
 
@@ -115,4 +123,12 @@ RUN_JOURNALS: dict[str, Callable[[StateOptions], RunJournal | None]] = {
     "files": lambda o: FileRunJournal(o.runs_dir),
     "memory": lambda o: LocalRunJournal(),
     "none": lambda o: None,
+}
+
+WEBHOOK_STORES: dict[str, Callable[[StateOptions], WebhookStore]] = {
+    "files": lambda o: FileWebhookStore(o.runs_dir, o.run_log_ttl_s),
+    "memory": lambda o: LocalWebhookStore(),
+    "postgres": lambda o: PostgresWebhookStore(
+        o.postgres_dsn, ttl_s=o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
+    ),
 }

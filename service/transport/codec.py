@@ -34,7 +34,9 @@ from service.core.commands import (
 from service.core.errors import InvalidRequest
 from service.core.files import WorkspaceFile
 from service.core.ids import ANONYMOUS, Principal
-from service.core.values import ChatSummary, StoredUpload
+from service.core.values import ChatSummary, LiveRun, StoredUpload
+from service.core.webhooks import Format as WebhookFormat
+from service.core.webhooks import Webhook
 
 STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_REJECT: "reject",
@@ -183,6 +185,67 @@ def overrides_of(message: gw.RunOverrides) -> dict[str, Any]:
     """The overrides a query sets, by the agent file's names (NaN and infinity refused)."""
     overrides = {OVERRIDE_NAMES[f.name]: value for f, value in message.ListFields()}
     return dict(_finite(overrides, "overrides"))
+
+
+#: The wire value of each webhook format, and back.
+WEBHOOK_FORMATS: dict[WebhookFormat, gw.WebhookFormat.ValueType] = {
+    "agw": gw.WEBHOOK_FORMAT_AGW,
+    "a2a": gw.WEBHOOK_FORMAT_A2A,
+    "a2a_v03": gw.WEBHOOK_FORMAT_A2A_V03,
+}
+WEBHOOK_FORMAT_NAMES: dict[int, WebhookFormat] = {
+    gw.WEBHOOK_FORMAT_UNSPECIFIED: "agw",
+    **{int(value): name for name, value in WEBHOOK_FORMATS.items()},
+}
+
+
+def webhook_of(message: gw.Webhook, webhook_id: str = "") -> Webhook:
+    """A webhook a request gives (checked by the front door)."""
+    format_name = WEBHOOK_FORMAT_NAMES.get(message.format)
+    if format_name is None:
+        raise InvalidRequest(f"unknown webhook format {message.format}")
+    return Webhook(
+        url=message.url,
+        format=format_name,
+        secret=message.secret,
+        token=message.token,
+        authorization=message.authorization,
+        webhook_id=webhook_id,
+    )
+
+
+def run_webhook(webhook: Webhook) -> gw.RunWebhook:
+    """A run's webhook as the API shows it: never its secret or its authorization."""
+    return gw.RunWebhook(
+        webhook_id=webhook.webhook_id,
+        run_id=webhook.run_id,
+        url=webhook.url,
+        format=WEBHOOK_FORMATS[webhook.format],
+        token=webhook.token,
+        authorized=bool(webhook.authorization),
+        created_at=webhook.created_at_ms,
+    )
+
+
+def wait_response(
+    terminal: pb.Event | None, last: pb.Event | None, live: LiveRun | None
+) -> gw.WaitResponse:
+    status = gw.RUN_STATUS_ENDED if terminal is not None else gw.RUN_STATUS_RUNNING
+    if live is not None and live.waits:
+        status = gw.RUN_STATUS_WAITING
+    response = gw.WaitResponse(
+        status=status,
+        last_seq=last.seq if last is not None else 0,
+        chat_id=last.chat_id if last is not None else "",
+    )
+    if terminal is not None:
+        response.terminal.CopyFrom(terminal)
+    if live is not None:
+        response.waits.extend(
+            gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
+            for w in live.waits
+        )
+    return response
 
 
 def submit_command(request: gw.SubmitRequest, principal: Principal = ANONYMOUS) -> SubmitCommand:

@@ -22,7 +22,7 @@ from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 from google.api import httpbody_pb2  # type: ignore[import-untyped]
 
-from service.core.errors import AgwError
+from service.core.errors import AgwError, InvalidRequest
 from service.core.frontdoor import FrontDoor
 from service.core.run.observation import active_streams
 from service.transport import codec
@@ -32,6 +32,7 @@ from service.transport.heartbeat import StreamWriter
 from service.transport.tracing import rpc_span
 
 log = logging.getLogger("agw.grpc")
+MAX_WAIT_MS = 600_000  # the longest a Wait may wait
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
@@ -85,7 +86,8 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Query", context):
             try:
-                run = await self.front.query(codec.query_command(request, principal()))
+                webhooks = [codec.webhook_of(w) for w in request.webhooks]
+                run = await self.front.query(codec.query_command(request, principal()), webhooks)
             except AgwError as error:
                 await abort(context, error)
                 return
@@ -140,6 +142,49 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         finally:
             await writer.stop()
             active_streams.add(-1, labels)
+
+    @unary
+    async def Start(self, request: gw.StartRequest, context: Context) -> gw.StartResponse:
+        query = request.query
+        webhooks = [codec.webhook_of(w) for w in query.webhooks]
+        run = await self.front.start(codec.query_command(query, principal()), webhooks)
+        return gw.StartResponse(run_id=run.run_id, chat_id=run.chat_id)
+
+    @unary
+    async def Wait(self, request: gw.WaitRequest, context: Context) -> gw.WaitResponse:
+        if not 0 <= request.timeout_ms <= MAX_WAIT_MS:
+            raise InvalidRequest(f"timeoutMs must be from 0 to {MAX_WAIT_MS}")
+        waited = await self.front.wait(request.run_id, request.timeout_ms / 1000, principal())
+        return codec.wait_response(*waited)
+
+    @unary
+    async def CreateRunWebhook(
+        self, request: gw.CreateRunWebhookRequest, context: Context
+    ) -> gw.RunWebhook:
+        webhook = codec.webhook_of(request.webhook, request.webhook_id)
+        added = await self.front.add_webhook(request.run_id, webhook, principal())
+        return codec.run_webhook(added)
+
+    @unary
+    async def ListRunWebhooks(
+        self, request: gw.ListRunWebhooksRequest, context: Context
+    ) -> gw.ListRunWebhooksResponse:
+        webhooks = await self.front.run_webhooks(request.run_id, principal())
+        return gw.ListRunWebhooksResponse(webhooks=[codec.run_webhook(w) for w in webhooks])
+
+    @unary
+    async def GetRunWebhook(
+        self, request: gw.GetRunWebhookRequest, context: Context
+    ) -> gw.RunWebhook:
+        webhook = await self.front.run_webhook(request.run_id, request.webhook_id, principal())
+        return codec.run_webhook(webhook)
+
+    @unary
+    async def DeleteRunWebhook(
+        self, request: gw.DeleteRunWebhookRequest, context: Context
+    ) -> gw.DeleteRunWebhookResponse:
+        await self.front.remove_webhook(request.run_id, request.webhook_id, principal())
+        return gw.DeleteRunWebhookResponse()
 
     @unary
     async def Cancel(self, request: gw.CancelRequest, context: Context) -> gw.CancelResponse:

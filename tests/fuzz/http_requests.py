@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from service.gateway.routes import Route, routes_of
 from service.gateway.server import AGENT_GATEWAY
 from tests.fuzz.kit import AGENT_KEYS, ALICE_KEY, COMMANDS, WORKSPACE_PATHS, FuzzService, tokens
-from tests.fuzz.protos import json_values, strings
+from tests.fuzz.protos import BOUNDED, TIMEOUTS_MS, WEBHOOK_URLS, json_values, strings
 
 ROUTES = routes_of(AGENT_GATEWAY)
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
@@ -101,6 +101,8 @@ HINTED = frozenset({"agent_key", "message", "run_id", "chat_id", "tool_id"})
 
 def field_value(field: FieldDescriptor, service: FuzzService, wild: int) -> st.SearchStrategy[Any]:
     """A JSON value for `field`: a real one (named fields), or of its type, or any JSON."""
+    if field.name in BOUNDED:
+        return TIMEOUTS_MS
     hinted = {
         "agent_key": st.sampled_from(AGENT_KEYS),
         "message": st.sampled_from(("Hi", *COMMANDS)),
@@ -111,6 +113,7 @@ def field_value(field: FieldDescriptor, service: FuzzService, wild: int) -> st.S
             else service.ids.values("chats")
         ),
         "tool_id": service.ids.values("tools"),
+        "url": WEBHOOK_URLS | strings(),
     }.get(field.name)
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING:

@@ -311,6 +311,10 @@ async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzServic
             ApiKeySettings(key=BOB_KEY, tenant="t1", subject="bob"),
         ],
         "auth_jwt_secret": JWT_SECRET,
+        # webhooks and A2A push configurations to loopback (a closed port) are accepted:
+        # their notifications are queued and their delivery fails, again and again
+        "webhook_allowed_hosts": ["127.0.0.1"],
+        "webhook_secret": "fuzz-secret",
         **overrides,
     }
     with Alarms.raised() as alarms:

@@ -42,7 +42,7 @@ from tests.fuzz.kit import (
     fuzz,
     settle,
 )
-from tests.fuzz.protos import Hints, messages, mutated, strings
+from tests.fuzz.protos import TIMEOUTS_MS, WEBHOOK_URLS, Hints, messages, mutated, strings
 from tests.fuzz.streams import end_all, open_stream, started
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -64,6 +64,8 @@ def hints(service: FuzzService) -> Hints:
         "after_seq": st.integers(0, 12),
         "page_token": st.just("") | strings(),
         "path": st.sampled_from(WORKSPACE_PATHS) | strings(),
+        "timeout_ms": TIMEOUTS_MS,
+        "url": WEBHOOK_URLS | strings(),
     }
 
 

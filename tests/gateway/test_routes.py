@@ -85,6 +85,12 @@ def test_agent_gateway_routes_are_those_of_the_proto() -> None:
         ("Upload", "POST", "/api/upload", "*"),
         ("ListFiles", "GET", "/api/chats/{chat_id}/files", ""),
         ("DownloadFile", "GET", "/api/chats/{chat_id}/files/{path=**}", ""),
+        ("Start", "POST", "/api/runs", "query"),
+        ("Wait", "GET", "/api/runs/{run_id}/wait", ""),
+        ("CreateRunWebhook", "POST", "/api/runs/{run_id}/webhooks", "webhook"),
+        ("ListRunWebhooks", "GET", "/api/runs/{run_id}/webhooks", ""),
+        ("GetRunWebhook", "GET", "/api/runs/{run_id}/webhooks/{webhook_id}", ""),
+        ("DeleteRunWebhook", "DELETE", "/api/runs/{run_id}/webhooks/{webhook_id}", ""),
     }
     streaming = {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming}
     assert streaming == {"Query", "Attach", "DownloadFile"}

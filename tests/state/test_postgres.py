@@ -25,6 +25,7 @@ from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.schema import Migration, migrate, migrations, open_pool
 from service.state.postgres.uploads import PostgresUploadStore
+from service.state.postgres.webhooks import PostgresWebhookStore
 from service.testing import PostgresServer
 from tests.state.test_ports import query, step
 
@@ -52,10 +53,10 @@ async def tables(dsn: str) -> list[str]:
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
-    assert [m.version for m in migrations()] == [1, 2, 3]
+    assert [m.version for m in migrations()] == [1, 2, 3, 10]
     connection = await asyncpg.connect(postgres_dsn)
     try:
-        assert await migrate(connection) == [1, 2, 3]
+        assert await migrate(connection) == [1, 2, 3, 10]
         assert await migrate(connection) == []
     finally:
         await connection.close()
@@ -63,6 +64,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         PostgresChatStore(postgres_dsn),
         PostgresRunLog(postgres_dsn, 60.0),
         PostgresUploadStore(postgres_dsn),
+        PostgresWebhookStore(postgres_dsn),
     ):
         await backend.open()
         await backend.close()
@@ -72,6 +74,8 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         "run_logs",
         "schema_migrations",
         "uploads",
+        "webhook_deliveries",
+        "webhooks",
     ]
 
 
@@ -81,7 +85,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
     connections = [await asyncpg.connect(postgres_dsn) for _ in range(6)]
     try:
         applied = await asyncio.gather(*(migrate(c) for c in connections))
-        assert sorted(applied) == [[], [], [], [], [], [1, 2, 3]]
+        assert sorted(applied) == [[], [], [], [], [], [1, 2, 3, 10]]
         rows = await connections[0].fetch(
             "SELECT version, name FROM schema_migrations ORDER BY version"
         )
@@ -89,6 +93,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (1, "initial"),
             (2, "uploads"),
             (3, "drop_run_registry"),
+            (10, "webhooks"),
         ]
     finally:
         for connection in connections:
@@ -102,7 +107,7 @@ async def test_a_database_of_an_earlier_version_loses_the_unused_run_registry(
     try:
         assert await migrate(connection, migrations()[:2]) == [1, 2]
         assert {"runs", "mailbox"} <= set(await tables(postgres_dsn))
-        assert await migrate(connection) == [3]
+        assert await migrate(connection, migrations()[:3]) == [3]
         sequences = await connection.fetch("SELECT relname FROM pg_class WHERE relkind = 'S'")
         assert "run_fences" not in {row["relname"] for row in sequences}
     finally:
@@ -122,7 +127,7 @@ async def test_a_new_migration_applies_on_top_and_a_broken_one_leaves_nothing(
         with pytest.raises(asyncpg.UndefinedColumnError):
             await migrate(connection, [*migrations(), later, broken])
         versions = await connection.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [row["version"] for row in versions] == [1, 2, 3, 100]
+        assert [row["version"] for row in versions] == [1, 2, 3, 10, 100]
     finally:
         await connection.close()
     assert "half" not in await tables(postgres_dsn)

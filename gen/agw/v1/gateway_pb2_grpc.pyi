@@ -46,6 +46,25 @@ class AgentGatewayStub:
     (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
     was sent, failures arrive as `run.error`.
     """
+    Start: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.StartRequest, _gateway_pb2.StartResponse]
+    """Starts a run like Query, in the background: answers at once with the run's id (and
+    its chat's) instead of streaming its events. The run is not cancelled for want of a
+    follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+    """
+    Wait: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.WaitRequest, _gateway_pb2.WaitResponse]
+    """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+    running, or waiting for the user and for what.
+    """
+    CreateRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CreateRunWebhookRequest, _gateway_pb2.RunWebhook]
+    """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+    ListRunWebhooks: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListRunWebhooksRequest, _gateway_pb2.ListRunWebhooksResponse]
+    """Lists a run's webhooks."""
+    GetRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetRunWebhookRequest, _gateway_pb2.RunWebhook]
+    """Returns one of a run's webhooks."""
+    DeleteRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeleteRunWebhookRequest, _gateway_pb2.DeleteRunWebhookResponse]
+    """Removes one of a run's webhooks: it is notified no more (notifications already queued
+    for it are still delivered).
+    """
     Attach: _grpc.UnaryStreamMultiCallable[_gateway_pb2.AttachRequest, _events_pb2.Event]
     """Re-joins a run's stream: replays the events after `after_seq`, then
     follows the live run until its terminal event.
@@ -83,6 +102,25 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     terminal event. Errors before the run exists are gRPC statuses
     (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
     was sent, failures arrive as `run.error`.
+    """
+    Start: _aio.UnaryUnaryMultiCallable[_gateway_pb2.StartRequest, _gateway_pb2.StartResponse]  # type: ignore[assignment]
+    """Starts a run like Query, in the background: answers at once with the run's id (and
+    its chat's) instead of streaming its events. The run is not cancelled for want of a
+    follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+    """
+    Wait: _aio.UnaryUnaryMultiCallable[_gateway_pb2.WaitRequest, _gateway_pb2.WaitResponse]  # type: ignore[assignment]
+    """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+    running, or waiting for the user and for what.
+    """
+    CreateRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CreateRunWebhookRequest, _gateway_pb2.RunWebhook]  # type: ignore[assignment]
+    """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+    ListRunWebhooks: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListRunWebhooksRequest, _gateway_pb2.ListRunWebhooksResponse]  # type: ignore[assignment]
+    """Lists a run's webhooks."""
+    GetRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetRunWebhookRequest, _gateway_pb2.RunWebhook]  # type: ignore[assignment]
+    """Returns one of a run's webhooks."""
+    DeleteRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeleteRunWebhookRequest, _gateway_pb2.DeleteRunWebhookResponse]  # type: ignore[assignment]
+    """Removes one of a run's webhooks: it is notified no more (notifications already queued
+    for it are still delivered).
     """
     Attach: _aio.UnaryStreamMultiCallable[_gateway_pb2.AttachRequest, _events_pb2.Event]  # type: ignore[assignment]
     """Re-joins a run's stream: replays the events after `after_seq`, then
@@ -124,6 +162,61 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         terminal event. Errors before the run exists are gRPC statuses
         (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
         was sent, failures arrive as `run.error`.
+        """
+
+    @_abc_1.abstractmethod
+    def Start(
+        self,
+        request: _gateway_pb2.StartRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.StartResponse, _abc.Awaitable[_gateway_pb2.StartResponse]]:
+        """Starts a run like Query, in the background: answers at once with the run's id (and
+        its chat's) instead of streaming its events. The run is not cancelled for want of a
+        follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+        """
+
+    @_abc_1.abstractmethod
+    def Wait(
+        self,
+        request: _gateway_pb2.WaitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.WaitResponse, _abc.Awaitable[_gateway_pb2.WaitResponse]]:
+        """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+        running, or waiting for the user and for what.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateRunWebhook(
+        self,
+        request: _gateway_pb2.CreateRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RunWebhook, _abc.Awaitable[_gateway_pb2.RunWebhook]]:
+        """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+
+    @_abc_1.abstractmethod
+    def ListRunWebhooks(
+        self,
+        request: _gateway_pb2.ListRunWebhooksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListRunWebhooksResponse, _abc.Awaitable[_gateway_pb2.ListRunWebhooksResponse]]:
+        """Lists a run's webhooks."""
+
+    @_abc_1.abstractmethod
+    def GetRunWebhook(
+        self,
+        request: _gateway_pb2.GetRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RunWebhook, _abc.Awaitable[_gateway_pb2.RunWebhook]]:
+        """Returns one of a run's webhooks."""
+
+    @_abc_1.abstractmethod
+    def DeleteRunWebhook(
+        self,
+        request: _gateway_pb2.DeleteRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteRunWebhookResponse, _abc.Awaitable[_gateway_pb2.DeleteRunWebhookResponse]]:
+        """Removes one of a run's webhooks: it is notified no more (notifications already queued
+        for it are still delivered).
         """
 
     @_abc_1.abstractmethod

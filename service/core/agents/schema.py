@@ -394,6 +394,13 @@ class AgentFile(_Strict):
             "change is refused. Default: nothing."
         ),
     )
+    webhooks: list[Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]] = Field(
+        default_factory=list,
+        description=(
+            "URLs told of the end of every run of this agent (the agw form of webhook "
+            "notifications, signed with the service's webhook_secret)."
+        ),
+    )
     client_tools: bool = Field(
         False,
         alias="clientTools",
