@@ -241,11 +241,16 @@ def wait_response(
     if terminal is not None:
         response.terminal.CopyFrom(terminal)
     if live is not None:
-        response.waits.extend(
-            gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
-            for w in live.waits
-        )
+        response.waits.extend(pending_waits(live))
     return response
+
+
+def pending_waits(live: LiveRun) -> list[gw.PendingWait]:
+    """What a live run waits for, as the contract says it."""
+    return [
+        gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
+        for w in live.waits
+    ]
 
 
 def submit_command(request: gw.SubmitRequest, principal: Principal = ANONYMOUS) -> SubmitCommand:
@@ -328,10 +333,7 @@ def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatRe
                 run_id=live.run_id,
                 agent_key=live.agent_key,
                 last_seq=live.last_seq,
-                waits=[
-                    gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
-                    for w in live.waits
-                ],
+                waits=pending_waits(live),
             )
         )
     return response

@@ -15,6 +15,7 @@ from service.providers import loopback as lb
 from service.providers.loopback import LoopbackProvider
 from tests.builtins.kit import SLACK, TIMED, disk_usage, intervals_in, most_at_once
 from tests.core.tools.kit import agent, answer_turn, call_turn, result_of, tool_gateway, tools
+from tests.toolsources.kit import ANSWER, CALL, HEAD
 
 FAKE_KEY = "sk-bash-test-0123456789-FAKE"
 
@@ -196,23 +197,7 @@ async def test_a_commands_output_streams_as_tool_progress_and_stays_in_history(
         chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id="c1"))
 
     kinds = [e.type for e in events]
-    assert kinds == [
-        "request.query",
-        "chat.start",
-        "run.start",
-        "tool.start",
-        "tool.args",
-        "tool.args",
-        "tool.end",
-        "tool.progress",
-        "tool.progress",
-        "tool.progress",
-        "tool.result",
-        "content.start",
-        "content.delta",
-        "content.end",
-        "run.complete",
-    ]
+    assert kinds == [*HEAD, *CALL[:-1], *["tool.progress"] * 3, "tool.result", *ANSWER]
     progress = [e for e in events if e.type == "tool.progress"]
     assert [
         (p.tool_progress.tool_id, p.tool_progress.message, p.tool_progress.stream) for p in progress

@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from service.providers.loopback import LoopbackProvider
 from tests.core.tools.kit import answer_turn, call_turn
 from tests.gateway.a2a_kit import A2AService, a2a_service, collect, data, text, user_message
+from tests.gateway.test_a2a_protocol import STREAM_V03
 from tests.notify.kit import Receiver, receiver
 
 
@@ -105,23 +106,9 @@ async def test_a_push_configuration_given_with_the_message_hears_the_whole_task(
 
 async def test_push_configurations_in_a2a_0_3(service: A2AService, hook: Receiver) -> None:
     service.provider.enqueue(answer_turn("Hi there"))
-    sent = await service.rpc(
-        "plain",
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "message/send",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "messageId": "m-1",
-                    "role": "user",
-                    "parts": [{"kind": "text", "text": "Hi"}],
-                },
-                "configuration": {"pushNotificationConfig": {"url": hook.url, "token": "t"}},
-            },
-        },
-    )
+    configuration = {"pushNotificationConfig": {"url": hook.url, "token": "t"}}
+    params = {**STREAM_V03["params"], "configuration": configuration}
+    sent = await service.rpc("plain", {**STREAM_V03, "method": "message/send", "params": params})
     task_id = sent.json()["result"]["id"]
     pushes = await hook.wait_for(2)
 

@@ -53,6 +53,16 @@ SNAPSHOT = pb.Event(
     run_id="r1",
     content_snapshot=pb.ContentSnapshot(content_id="r1_c_1", text="Hello"),
 )
+#: The snapshot as the adapter writes it: flat, camelCase, 64-bit numbers as numbers.
+SNAPSHOT_JSON = {
+    "seq": 4,
+    "type": "content.snapshot",
+    "timestamp": 1732200000000,
+    "chatId": "c1",
+    "runId": "r1",
+    "contentId": "r1_c_1",
+    "text": "Hello",
+}
 
 CASES = [
     Case(
@@ -148,17 +158,7 @@ CASES = [
         data={
             "chatId": "c1",
             "chatName": "Hi",
-            "events": [
-                {
-                    "seq": 4,
-                    "type": "content.snapshot",
-                    "timestamp": 1732200000000,
-                    "chatId": "c1",
-                    "runId": "r1",
-                    "contentId": "r1_c_1",
-                    "text": "Hello",
-                }
-            ],
+            "events": [SNAPSHOT_JSON],
             "rawMessages": [{"k": "v"}],
         },
     ),
@@ -203,15 +203,7 @@ CASES = [
         reply=gw.WaitResponse(status=gw.RUN_STATUS_ENDED, terminal=SNAPSHOT, last_seq=4),
         data={
             "status": "RUN_STATUS_ENDED",
-            "terminal": {
-                "seq": 4,
-                "type": "content.snapshot",
-                "timestamp": 1732200000000,
-                "chatId": "c1",
-                "runId": "r1",
-                "contentId": "r1_c_1",
-                "text": "Hello",
-            },
+            "terminal": SNAPSHOT_JSON,
             "lastSeq": 4,
         },
     ),

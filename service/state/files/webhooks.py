@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from service.core.errors import StoreFailed
-from service.core.webhooks import Delivery, Notice, Webhook
+from service.core.webhooks import Delivery, Webhook
+from service.state.deliveries import Row, delivery_of, row_of
 
 T = TypeVar("T")
 
@@ -110,19 +111,9 @@ class FileWebhookStore:
         return True
 
     async def enqueue(self, deliveries: Sequence[Delivery]) -> None:
-        rows = [
-            (
-                d.delivery_id,
-                json.dumps(d.webhook.to_record()),
-                json.dumps(d.notice.to_record()),
-                d.attempts,
-                d.next_at_ms,
-            )
-            for d in deliveries
-        ]
-        await self._run(self._insert, rows)
+        await self._run(self._insert, [row_of(d) for d in deliveries])
 
-    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+    def _insert(self, rows: list[Row]) -> None:
         assert self._db is not None, "the webhook store is not open"
         with self._db:
             self._db.execute("BEGIN")
@@ -134,16 +125,7 @@ class FileWebhookStore:
 
     async def due(self, now_ms: int, limit: int, lease_ms: int) -> list[Delivery]:
         rows = await self._run(self._take, now_ms, limit, lease_ms)
-        return [
-            Delivery(
-                row[0],
-                Webhook.from_record(json.loads(row[1])),
-                Notice.from_record(json.loads(row[2])),
-                row[3],
-                row[4],
-            )
-            for row in rows
-        ]
+        return [delivery_of(*row) for row in rows]
 
     def _take(self, now_ms: int, limit: int, lease_ms: int) -> list[tuple[Any, ...]]:
         assert self._db is not None, "the webhook store is not open"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from service.core.webhooks import Delivery, Notice, Webhook
+from service.core.webhooks import Delivery, Webhook
+from service.state.deliveries import delivery_of, row_of
 from service.state.postgres.schema import DEFAULT_TIMEOUT_S, PooledStore
 
 _TAKE = """
@@ -76,27 +76,18 @@ class PostgresWebhookStore(PooledStore):
         return bool(status != "DELETE 0")
 
     async def enqueue(self, deliveries: Sequence[Delivery]) -> None:
-        rows = [
-            (
-                d.delivery_id,
-                json.dumps(d.webhook.to_record()),
-                json.dumps(d.notice.to_record()),
-                d.attempts,
-                d.next_at_ms,
-            )
-            for d in deliveries
-        ]
         async with self.connection("could not queue notifications") as db:
             await db.executemany(
                 "INSERT INTO webhook_deliveries (id, webhook, notice, attempts, next_at)"
                 " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-                rows,
+                [row_of(d) for d in deliveries],
             )
 
     async def due(self, now_ms: int, limit: int, lease_ms: int) -> list[Delivery]:
         async with self.connection("could not take the due notifications") as db:
             rows = await db.fetch(_TAKE, limit, now_ms, lease_ms)
-        return sorted((_delivery(row) for row in rows), key=lambda d: (d.next_at_ms, d.delivery_id))
+        taken = [delivery_of(*row) for row in rows]
+        return sorted(taken, key=lambda d: (d.next_at_ms, d.delivery_id))
 
     async def next_due(self) -> int | None:
         async with self.connection("could not read the notification queue") as db:
@@ -115,13 +106,3 @@ class PostgresWebhookStore(PooledStore):
                 attempts,
                 next_at_ms,
             )
-
-
-def _delivery(row: Any) -> Delivery:
-    return Delivery(
-        row["id"],
-        Webhook.from_record(json.loads(row["webhook"])),
-        Notice.from_record(json.loads(row["notice"])),
-        row["attempts"],
-        row["next_at"],
-    )
