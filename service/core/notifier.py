@@ -10,9 +10,9 @@ for each webhook of the run that wants it (the `agw` form wants the end only) a 
 is queued in the `WebhookStore`, in the order of the run's events, and the sender is
 woken (`wake`). A nested run's (a subagent's) events are the caller's business.
 
-The notices of all runs go through one queue, one at a time, so that a run's webhooks get
-them in order; a store that fails is logged and the run goes on (its notice is lost,
-never the run).
+Each run's notices are queued one after the other, so that its webhooks get them in
+order (runs do not wait for each other); a store that fails is logged and the run goes
+on (its notice is lost, never the run).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class Notifier:
         self.service_webhooks = tuple(service_webhooks)
         self.agent_webhooks = agent_webhooks
         self.wake = wake
-        self._queue: deque[Notice] = deque()
-        self._worker: asyncio.Task[None] | None = None
+        self._queues: dict[str, deque[Notice]] = {}  # per run, the notices not queued yet
+        self._workers: dict[str, asyncio.Task[None]] = {}
 
     # -- the runs (as a middleware: service/core/middleware.py) -----------------------
 
@@ -79,22 +79,23 @@ class Notifier:
             event.SerializeToString(),
             event.timestamp,
         )
-        self._queue.append(notice)
-        if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(
-                self._work(), name="webhook-notices"
+        self._queues.setdefault(run.run_id, deque()).append(notice)
+        if run.run_id not in self._workers:
+            self._workers[run.run_id] = asyncio.get_running_loop().create_task(
+                self._work(run.run_id), name=f"webhook-notices-{run.run_id}"
             )
 
-    async def _work(self) -> None:
+    async def _work(self, run_id: str) -> None:
+        queue = self._queues[run_id]
         try:
-            while self._queue:
-                notice = self._queue.popleft()
+            while queue:
+                notice = queue.popleft()
                 try:
                     await self._deliver(notice)
                 except Exception:
-                    log.exception("could not queue the notifications of run %s", notice.run_id)
+                    log.exception("could not queue the notifications of run %s", run_id)
         finally:
-            self._worker = None
+            del self._queues[run_id], self._workers[run_id]
 
     async def _deliver(self, notice: Notice) -> None:
         webhooks = [
@@ -109,8 +110,8 @@ class Notifier:
 
     async def flush(self) -> None:
         """Wait until every notice posted so far is queued in the store."""
-        while self._worker is not None:
-            await asyncio.shield(self._worker)
+        while self._workers:
+            await asyncio.wait([asyncio.shield(w) for w in self._workers.values()])
 
 
 def wants(webhook: Webhook, notice: Notice) -> bool:
