@@ -100,12 +100,18 @@ class WebhookSender:
     async def _send(self, delivery: Delivery) -> None:
         assert self._client is not None
         webhook = delivery.webhook
-        body = body_of(delivery)
-        headers = headers_of(delivery, body, self.secret, int(time.time()))
+        try:
+            body = body_of(delivery)
+            headers = headers_of(delivery, body, self.secret, int(time.time()))
+        except Exception:  # a notification that cannot be written will never be: drop it
+            log.exception("notification %s cannot be written; dropped", delivery.delivery_id)
+            with contextlib.suppress(Exception):
+                await self.store.delivered(delivery.delivery_id)
+            return
         try:
             response = await self._client.post(webhook.url, content=body, headers=headers)
             failure = "" if response.is_success else f"HTTP {response.status_code}"
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as error:
             failure = f"{type(error).__name__}: {error}"[:200]
         try:
             if not failure:

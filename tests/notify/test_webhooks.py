@@ -227,3 +227,20 @@ async def test_a_runs_webhooks_are_managed_by_its_owner_over_http(
     assert (removed.status_code, removed.json()["data"]) == (200, {})
     assert (again.status_code, again.json()["reason"]) == (404, "NOT_FOUND")
     assert [w["url"] for w in after.json()["data"]["webhooks"]] == [hook.url + "/first"]
+
+
+async def test_a_notification_is_dropped_after_its_last_attempt(
+    tmp_path: Path, provider: LoopbackProvider, hook: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook.statuses = [500] * 10
+    provider.enqueue(answer_turn("Done."))
+    options = settings(tmp_path, webhook_max_attempts=2, webhook_retry_s=0.1)
+    async with Harness.start(agents(tmp_path), provider, **options) as service:
+        run_id = await start(service, hook.url, secret=SECRET)
+        await hook.wait_for(2)
+        await asyncio.sleep(0.5)
+        left = await service.app.webhooks.next_due()
+    assert len(hook.received) == 2 and left is None
+    assert f"gave up notifying {hook.url} of run {run_id} after 2 attempts (HTTP 500)" in (
+        caplog.text
+    )
