@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from service.core.errors import StoreFailed
 from service.core.webhooks import Delivery, Webhook
 from service.state.deliveries import Row, delivery_of, row_of
+from service.state.files.sqlite import connect
 
 T = TypeVar("T")
 
@@ -67,10 +68,7 @@ class FileWebhookStore:
 
     def _open(self) -> list[str]:
         self.directory.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 5000")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
+        db = connect(self.path)
         for statement in SCHEMA:
             db.execute(statement)
         db.execute("DELETE FROM webhooks WHERE added_at < ?", (time.time() - self.ttl_s,))
