@@ -169,6 +169,7 @@ async def service(tmp_path: Path) -> AsyncIterator[Harness]:
         bash_working_dir=tmp_path / "workspace",
         demo_delay_ms=0,
         agent_store="memory",  # the example of "Agents in the database" writes to it
+        webhook_allowed_hosts=["127.0.0.1"],  # as the webhook example says
     ) as harness:
         yield harness
 

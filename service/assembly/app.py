@@ -23,22 +23,27 @@ from service.assembly.config import (
     Settings,
 )
 from service.assembly.models import model_catalog
-from service.builtins.bash import BashOptions, remove_workspace
+from service.builtins.bash import BashOptions, chats_dir, remove_workspace
 from service.builtins.builtin import builtin_tools
+from service.builtins.files import WorkspaceReader
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.chats.uploads import Uploads
 from service.core.commands import DebugLevel
+from service.core.errors import AgentNotFound
 from service.core.frontdoor import FrontDoor
 from service.core.lifecycle import RunOptions
 from service.core.middleware import load_middlewares
 from service.core.model import Usage
+from service.core.notifier import Notifier
 from service.core.quotas import Limits, QuotaOptions, Quotas
 from service.core.run.observation import Price
 from service.core.run.state import Pricing
 from service.core.tools.registry import ToolRegistry
 from service.core.tools.skill_tool import SkillTools
+from service.core.webhooks import Webhook, WebhookOptions
 from service.gateway import HttpGateway, local_target
+from service.notify import WebhookSender
 from service.providers.demo import DEMO_KEY, DEMO_MODEL, demo_responder
 from service.providers.loopback import LoopbackProvider
 from service.providers.openai import OpenAIChatClient, ProviderOptions
@@ -282,6 +287,22 @@ class App:
         )
         self.chats = state.CHAT_STORES[settings.chat_store](options)
         self.bus = state.RUN_BUSES[settings.run_bus](options)
+        self.webhooks = state.WEBHOOK_STORES[settings.webhook_store_name](options)
+        secret = settings.webhook_secret.get_secret_value()
+        self.webhook_sender = WebhookSender(
+            self.webhooks,
+            secret=secret,
+            max_attempts=settings.webhook_max_attempts,
+            retry_s=settings.webhook_retry_s,
+            retry_max_s=settings.webhook_retry_max_s,
+            timeout_s=settings.webhook_timeout_s,
+        )
+        self.notifier = Notifier(
+            self.webhooks,
+            service_webhooks=[Webhook(url) for url in settings.webhook_urls],
+            agent_webhooks=self._agent_webhooks,
+            wake=self.webhook_sender.wake,
+        )
         self.frontdoor = FrontDoor(
             self.agents,
             self.providers,
@@ -305,7 +326,7 @@ class App:
                 retention_s=settings.run_retention_s,
                 image_input=self._image_input,
                 inline_text_bytes=settings.upload_inline_text_bytes,
-                middlewares=tuple(load_middlewares(settings.middlewares, settings)),
+                middlewares=(*load_middlewares(settings.middlewares, settings), self.notifier),
                 debug_level=DebugLevel[settings.debug_level.upper()],
                 pricing=pricing(settings) if model_prices(settings) else None,
                 currency=settings.currency,
@@ -317,6 +338,10 @@ class App:
             quotas=quotas(settings, options),
             agent_store=state.AGENT_STORES[settings.agent_store](options),
             agent_store_poll_s=settings.agent_store_poll_s,
+            files=WorkspaceReader(chats_dir(bash_options(settings))),
+            download_max_bytes=settings.download_max_bytes,
+            webhooks=self.webhooks,
+            webhook_options=WebhookOptions(tuple(settings.webhook_allowed_hosts), bool(secret)),
         )
         self.authenticator = security.authenticator(settings)
         security.check_exposure(settings, self.authenticator)
@@ -351,6 +376,14 @@ class App:
         self._tools_watch: asyncio.Task[None] | None = None
         self._skills_watch: asyncio.Task[None] | None = None
         self._sweep: asyncio.Task[None] | None = None
+
+    def _agent_webhooks(self, agent_key: str) -> list[Webhook]:
+        """The webhooks an agent's file names (the agent as it is loaded now)."""
+        try:
+            agent = self.agents.get(agent_key)
+        except AgentNotFound:
+            return []
+        return [Webhook(url) for url in agent.webhooks]
 
     def _image_input(self, provider: str) -> bool:
         """Whether a call of `provider` (a provider key or an alias) may carry images: an
@@ -398,6 +431,7 @@ class App:
         tools_watch = self.settings.tools_watch
         if tools_watch if tools_watch is not None else self.settings.agents_watch:
             self._tools_watch = asyncio.create_task(self.tools.watch(self._stop_watch))
+        await self.webhook_sender.start()  # what the last process left queued goes out too
         if self.settings.run_bus == "local":  # the runs the last process left go on here
             resumed = await self.frontdoor.resume("restart")
             if resumed:
@@ -460,6 +494,8 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweep
         await self.grpc.stop(self.settings.shutdown_grace_s)
+        await self.notifier.flush()  # the runs' last notices are queued (and kept)
+        await self.webhook_sender.stop()
         await self.frontdoor.close()
         if self.http is not None:  # after the drain, so SSE streams got their terminal events
             await self.http.stop()

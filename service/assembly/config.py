@@ -327,6 +327,17 @@ class Settings(BaseSettings):
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
     upload_store: Literal["files", "memory", "postgres"] | None = None
+    # Webhooks (README "Background runs and webhooks"): the URLs told of every run's end,
+    # the service's signing key, the hosts a client's webhook URL may name ("*": any), how
+    # a notification is retried, and where the queue is kept (default: as the chat store).
+    webhook_urls: list[str] = Field(default_factory=list)
+    webhook_secret: SecretStr = SecretStr("")
+    webhook_allowed_hosts: list[str] = Field(default_factory=list)
+    webhook_max_attempts: int = Field(default=10, ge=1)
+    webhook_retry_s: float = Field(default=1.0, gt=0)
+    webhook_retry_max_s: float = Field(default=600.0, gt=0)
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_store: Literal["files", "memory", "postgres"] | None = None
     # The Redis run bus (run_bus = "redis"; docs/scale-out.md, "Redis run bus"): the server, this
     # replica's id (default hostname-pid-random), how long a silent replica keeps its runs,
     # how long an ended run's stream is kept and how long it may grow, and how long a
@@ -360,6 +371,8 @@ class Settings(BaseSettings):
     chat_ttl_s: float = Field(default=0.0, ge=0)
     chat_sweep_interval_s: float = Field(default=3600.0, gt=0)
     upload_inline_text_bytes: int = 32 * 1024  # text files up to this size reach the model
+    # The largest file of a chat's workspace DownloadFile reads (bigger ones: PAYLOAD_TOO_LARGE).
+    download_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
 
     # Interaction log of every model call (logged at DEBUG under "agw.llm").
     interaction_log_enabled: bool = True
@@ -481,6 +494,13 @@ class Settings(BaseSettings):
         if self.upload_store is not None:
             return self.upload_store
         return "postgres" if self.chat_store == "postgres" else "files"
+
+    @property
+    def webhook_store_name(self) -> str:
+        """The webhook store in use: the one set, else the one the chat store implies."""
+        if self.webhook_store is not None:
+            return self.webhook_store
+        return {"postgres": "postgres", "memory": "memory"}.get(self.chat_store, "files")
 
     @classmethod
     def settings_customise_sources(

@@ -7,7 +7,10 @@ the host: no other chat's files. The workspace persists between calls and
 holds at most `workspace_quota_bytes`. The command is bounded in time, output,
 memory and processes; the result tells the model the exit code, whether the
 command timed out or its output was cut, what it printed, and how full the
-workspace is.
+workspace is. While it runs, each line it prints is reported (`tool.progress`); once it
+has ended, each file it created or changed in the workspace is announced (`file.create`,
+`file.update`; service/builtins/files.py reads the workspaces for ListFiles and
+DownloadFile).
 
 Calls take turns: one at a time per chat (they share its workspace), and at
 most `max_concurrent` sandboxes at once in the service. A call waits for its
@@ -19,6 +22,7 @@ time-out covers both. Memory in use by sandboxes is therefore bounded by
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import dataclasses
 import shutil
@@ -27,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.builtins.files import changes, mime_type_of, snapshot
 from service.builtins.sandbox import SandboxPolicy, SandboxResult, run_sandboxed
 from service.builtins.workspace import Usage
 from service.core.ids import valid_chat_id
 from service.core.tools.definitions import ToolDefinition, ToolError
 from service.core.tools.registry import BackendTool, ToolCallInfo
+from service.core.tools.sources import ProgressReport
 
 NAME = "_bash_"
 GRACE_S = 5.0  # the tool's own time-out exceeds the wait and the command's by this much
@@ -80,6 +86,11 @@ def policy_from(options: BashOptions) -> SandboxPolicy:
         if path == chats or path in chats.parents or chats in path.parents:
             raise ValueError(f"the allowed path {path} overlaps the chats' workspaces in {chats}")
     return policy
+
+
+def chats_dir(options: BashOptions) -> Path:
+    """Where the chats' workspaces are: `{working_dir}/chats`, resolved."""
+    return options.working_dir.expanduser().resolve() / CHATS
 
 
 def workspace_of(policy: SandboxPolicy, chat_id: str) -> Path:
@@ -161,7 +172,15 @@ class Bash:
                     f"{self.max_concurrent} commands run at once, one at a time per chat); "
                     "try again"
                 ) from None
-            return describe(await run_sandboxed(command, policy))
+            lines = OutputLines(call.progress)
+            before = await asyncio.to_thread(snapshot, workspace) if call.files else {}
+            result = await run_sandboxed(command, policy, lines.feed if call.progress else None)
+            lines.flush()
+            if call.files is not None:  # what the call wrote: file.create, file.update
+                after = await asyncio.to_thread(snapshot, workspace)
+                for path, size, created in changes(before, after):
+                    call.files(path, size, mime_type_of(path), created=created)
+            return describe(result)
 
     @contextlib.asynccontextmanager
     async def _chat_turn(self, chat_id: str) -> AsyncIterator[None]:
@@ -175,6 +194,39 @@ class Bash:
             turns.waiting -= 1
             if not turns.waiting:
                 del self.chats[chat_id]
+
+
+class OutputLines:
+    """A command's output, reported line by line as it comes (`tool.progress`): each
+    complete line of stdout or stderr, without its line break, as soon as it is read."""
+
+    def __init__(self, report: ProgressReport | None) -> None:
+        self.report = report
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS
+        }
+        self._partial = dict.fromkeys(STREAMS, "")
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        text = self._partial[stream] + self._decoders[stream].decode(chunk)
+        *lines, self._partial[stream] = text.split("\n")
+        for line in lines:
+            self._send(stream, line)
+
+    def flush(self) -> None:
+        """Report what is left of each stream after its last line break."""
+        for stream in STREAMS:
+            rest = self._partial[stream] + self._decoders[stream].decode(b"", final=True)
+            self._partial[stream] = ""
+            if rest:
+                self._send(stream, rest)
+
+    def _send(self, stream: str, line: str) -> None:
+        if self.report is not None:
+            self.report(line.removesuffix("\r"), stream=stream)
+
+
+STREAMS = ("stdout", "stderr")
 
 
 @dataclass

@@ -45,6 +45,7 @@ import signal
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ _SANDBOX_ENV = {
 _SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf")
 _ETC_NETWORK = ("hosts", "resolv.conf", "host.conf", "gai.conf", "ssl/certs", "ssl/openssl.cnf")
-_PROTECTED = (".git", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".envrc")
+PROTECTED = (".git", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".envrc")
 _PASSWD = (
     f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"
 )
@@ -123,8 +124,16 @@ class SandboxResult:
     workspace: Usage | None = None
 
 
-async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
+#: Told each chunk of a command's output as it comes: ("stdout" or "stderr", the bytes kept).
+OutputListener = Callable[[str, bytes], None]
+
+
+async def run_sandboxed(
+    command: str, policy: SandboxPolicy, on_output: OutputListener | None = None
+) -> SandboxResult:
     """Run `command` with bash inside the sandbox `policy` describes.
+
+    `on_output` is told each chunk of output as it is read (within the output limit).
 
     Raises SandboxUnavailable when the sandbox cannot be built (or the working
     directory already holds more than its quota); cancelling the calling task
@@ -173,7 +182,7 @@ async def run_sandboxed(command: str, policy: SandboxPolicy) -> SandboxResult:
         )
         fds.close_child()
         fds.parent.remove(info_read)
-        execution = _Execution(proc, info_read, cgroup, policy)
+        execution = _Execution(proc, info_read, cgroup, policy, on_output)
         outcome: Usage | None = None
         try:
             await execution.prepare(workspace, ready_read, go_write)
@@ -303,7 +312,7 @@ def _mount_args(policy: SandboxPolicy, fds: _Fds) -> tuple[list[str], frozenset[
 def _protect(directory: Path, fds: _Fds) -> dict[str, int]:
     """Repository metadata and shell start-up files to mount read-only (never via a symlink)."""
     found: dict[str, int] = {}
-    for name in _PROTECTED:
+    for name in PROTECTED:
         fd = fds.path(directory / name, follow=False)
         if fd is not None:
             found[name] = fd
@@ -471,8 +480,10 @@ class _Execution:
         info_fd: int,
         cgroup: _Cgroup,
         policy: SandboxPolicy,
+        on_output: OutputListener | None = None,
     ) -> None:
         self.proc = proc
+        self.on_output = on_output
         self.cgroup = cgroup
         self.policy = policy
         self.info_file = os.fdopen(info_fd, "rb", buffering=0)
@@ -514,7 +525,9 @@ class _Execution:
         assert self.proc.stdout is not None and self.proc.stderr is not None
         out, err = bytearray(), bytearray()
         finished = asyncio.gather(
-            self._pump(self.proc.stdout, out), self._pump(self.proc.stderr, err), self.proc.wait()
+            self._pump(self.proc.stdout, out, "stdout"),
+            self._pump(self.proc.stderr, err, "stderr"),
+            self.proc.wait(),
         )
         overflow = asyncio.ensure_future(self.overflow.wait())
         waiters: set[asyncio.Future[Any]] = {finished, overflow}
@@ -581,18 +594,18 @@ class _Execution:
                 os.close(self.init_pidfd)
                 self.init_pidfd = None
 
-    async def _pump(self, stream: asyncio.StreamReader, buffer: bytearray) -> None:
+    async def _pump(self, stream: asyncio.StreamReader, buffer: bytearray, name: str) -> None:
         """Append what `stream` sends while the shared output budget lasts; drain the rest."""
         while chunk := await stream.read(_READ_CHUNK):
             room = self.policy.output_limit_bytes - self.total
             if len(chunk) > room:
-                buffer += chunk[: max(room, 0)]
-                self.total += max(room, 0)
+                chunk = chunk[: max(room, 0)]
                 self.truncated = True
                 self.overflow.set()
-            else:
-                buffer += chunk
-                self.total += len(chunk)
+            buffer += chunk
+            self.total += len(chunk)
+            if chunk and self.on_output is not None:
+                self.on_output(name, chunk)
 
     async def _read_info(self) -> None:
         """Learn the sandbox's pid 1 from bwrap's info descriptor and hold a pidfd on it."""

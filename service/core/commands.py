@@ -62,6 +62,20 @@ class QueryCommand:
     strategy: Strategy | None = None  # None: the service's default
     principal: Principal = ANONYMOUS  # who asks; owns the chat and the run
     mode: Mode | None = None  # one of the agent's `modes`; None: its `mode`
+    # Settings replaced for this run, by the agent file's names ("temperature",
+    # "budget.maxModelCalls", …): each must be among the agent's `overrides`.
+    overrides: dict[str, Any] | None = None
+    # When the run started (ms since the epoch): its prompts' {{date}} and {{now}}. Set by
+    # the front door; kept with the command, so a resumed run renders the same prompts.
+    started_at_ms: int = 0
+    # Tools the client declares for this run ({name, description, parameters} each), where
+    # the agent allows it (`clientTools`): frontend tools the client answers.
+    tools: tuple[dict[str, Any], ...] = ()
+    # The run's id, when the front door chose it before the run started (to register its
+    # webhooks first); "": drawn when the run is prepared.
+    run_id: str = ""
+    # Started in the background (Start): nobody following it is no reason to cancel it.
+    background: bool = False
 
     def to_record(self) -> dict[str, Any]:
         """The command as JSON data (what a run's journal keeps of its query)."""
@@ -74,6 +88,7 @@ class QueryCommand:
     def from_record(cls, data: dict[str, Any]) -> QueryCommand:
         fields = dict(data)
         fields["references"] = tuple(Reference(**r) for r in fields.get("references", ()))
+        fields["tools"] = tuple(fields.get("tools", ()))
         fields["principal"] = Principal.from_record(fields.get("principal"))
         level = fields.get("debug_level")
         fields["debug_level"] = None if level is None else DebugLevel(level)

@@ -304,6 +304,22 @@ def tool_result(
     )
 
 
+def tool_progress(
+    tool_id: str,
+    message: str = "",
+    *,
+    progress: float | None = None,
+    total: float | None = None,
+    stream: str = "",
+) -> Event:
+    payload = pb.ToolProgress(tool_id=tool_id, message=message, stream=stream)
+    if progress is not None:
+        payload.progress = progress
+    if total is not None:
+        payload.total = total
+    return Event(tool_progress=payload)
+
+
 # Actions ----------------------------------------------------------------------
 
 

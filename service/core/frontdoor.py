@@ -15,17 +15,23 @@ it runs, for `retention_s` after it ended from memory, then from the run log.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import dataclasses
 import datetime
 import logging
 import re
+import secrets
+import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from service.core import events
 from service.core.agents.catalog import AgentCatalog
 from service.core.agents.definition import AgentDefinition
+from service.core.agents.overrides import with_overrides
 from service.core.agents.registry import AgentRegistry
 from service.core.agents.skills import SkillRegistry
 from service.core.agents.store import AgentStore
@@ -37,10 +43,12 @@ from service.core.errors import (
     BusUnavailable,
     ChatNotFound,
     InvalidRequest,
+    NotFound,
     PayloadTooLarge,
     PermissionDenied,
     RunNotFound,
 )
+from service.core.files import FileContent, WorkspaceFile, WorkspaceFiles
 from service.core.ids import (
     ADMIN,
     ANONYMOUS,
@@ -56,14 +64,33 @@ from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
 from service.core.quotas import Quotas
 from service.core.run.binding import bind_stages
 from service.core.run.context import RunServices
+from service.core.run.prompt import PromptValues, render
 from service.core.run.state import RunState
 from service.core.run.subagents import Subagents
+from service.core.tools.definitions import client_tools
+from service.core.tools.names import SERVICE_TOOLS
 from service.core.tools.registry import ToolRegistry
-from service.core.values import ChatSummary, SpendEntry, StoredUpload
+from service.core.values import ChatSummary, LiveRun, SpendEntry, StoredUpload
+from service.core.webhooks import (
+    MAX_WEBHOOKS,
+    Webhook,
+    WebhookOptions,
+    WebhookStore,
+    webhook_of,
+)
 
 log = logging.getLogger("agw.runtime")
 
 DEFAULT_PAGE_SIZE = 50
+DOWNLOAD_CHUNK_BYTES = 64 * 1024  # a DownloadFile message's bytes at most
+MIN_WAIT_S = 0.05  # a Wait of 0 still reads what the run has done so far
+_WEBHOOK_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def valid_webhook_id(webhook_id: str) -> bool:
+    return _WEBHOOK_ID.fullmatch(webhook_id) is not None
+
+
 MAX_PAGE_SIZE = 500
 MAX_NAME_FILTER = 200
 MAX_SPEND_DAYS = 366
@@ -99,6 +126,10 @@ class FrontDoor:
         quotas: Quotas | None = None,
         agent_store: AgentStore | None = None,
         agent_store_poll_s: float = 5.0,
+        files: WorkspaceFiles | None = None,
+        download_max_bytes: int = 64 * 1024 * 1024,
+        webhooks: WebhookStore | None = None,
+        webhook_options: WebhookOptions | None = None,
     ) -> None:
         options = options if options is not None else RunOptions()
         self.quotas = quotas
@@ -107,6 +138,10 @@ class FrontDoor:
         self.agents = agents
         # agents created, updated and rolled back through calls, served in the registry
         self.catalog = AgentCatalog(agents, agent_store, poll_s=agent_store_poll_s)
+        self.files = files  # the chats' workspaces, for ListFiles and DownloadFile
+        self.download_max_bytes = download_max_bytes
+        self.webhooks = webhooks  # the runs' webhooks (None: not offered)
+        self.webhook_options = webhook_options or WebhookOptions()
         self.subagents = Subagents(agents, MODES)
         self.services = RunServices(
             models,
@@ -142,8 +177,10 @@ class FrontDoor:
 
     # -- runs --------------------------------------------------------------------------
 
-    async def query(self, command: QueryCommand) -> RunState:
-        """Validate `command`, start its run, and return the run (already streaming)."""
+    async def query(self, command: QueryCommand, webhooks: Sequence[Webhook] = ()) -> RunState:
+        """Validate `command`, start its run, and return the run (already streaming).
+
+        `webhooks` (the query's) are checked and kept before the run starts."""
         self.lifecycle.admit()
         if not command.agent_key:
             raise InvalidRequest("agentKey is required")
@@ -158,26 +195,89 @@ class FrontDoor:
         agent = self.agents.get(command.agent_key)
         if command.mode is not None:  # the query chooses among the agent's modes
             agent = agent.in_mode(command.mode)
+        agent = with_overrides(agent, command.overrides)  # only what the agent allows
+        if not command.started_at_ms:  # the time its prompts' {{date}} and {{now}} say
+            command = replace(command, started_at_ms=time.time_ns() // 1_000_000)
+        values = PromptValues.of(command)
+        for stage in agent.stage_names:  # a prompt variable that cannot be filled fails now
+            render(agent.stage(stage).system_prompt, values)
         mode = MODES.get(agent.mode)
         if mode is None:
             raise InvalidRequest(f"agent {agent.key!r}: mode {agent.mode} is not available")
         models = bind_stages(self.services.models, agent)  # an unknown provider or model fails
-        for stage in agent.stage_names:  # and so do unknown tools
-            self.services.tools.for_stage(agent.stage(stage), agent.tool_policy)
+        named: set[str] = set()  # and so do unknown tools
+        for stage in agent.stage_names:
+            named.update(
+                self.services.tools.for_stage(agent.stage(stage), agent.tool_policy).by_name
+            )
         self.subagents.check(agent)  # and unknown subagents, cycles, too deep a nesting
+        if command.tools:
+            self._check_client_tools(agent, command.tools, named | set(agent.tool_names()))
+        if len(webhooks) > MAX_WEBHOOKS:
+            raise InvalidRequest(f"webhooks: at most {MAX_WEBHOOKS} for one query")
+        checked = [self._client_webhook(w, f"webhooks[{i}]") for i, w in enumerate(webhooks)]
         if command.chat_id:
             await self._check_chat_owner(command.chat_id, command.principal)
         chat_id = command.chat_id or str(uuid.uuid4())
-        if self.quotas is None:
-            return await self.lifecycle.start(command, agent, mode, models, chat_id)
-        admission = await self.quotas.admit(command.principal)
+        admission = await self.quotas.admit(command.principal) if self.quotas else None
+        kept: list[Webhook] = []
+        if checked:
+            command = replace(command, run_id=command.run_id or secrets.token_hex(8))
+            kept = [await self._keep_webhook(w, command.run_id, command.principal) for w in checked]
         try:
             run = await self.lifecycle.start(command, agent, mode, models, chat_id)
         except BaseException:
-            await self.quotas.release(admission)
+            for webhook in kept:  # the run never began: nothing will notify them
+                await self._store().remove(command.run_id, webhook.webhook_id)
+            if self.quotas is not None and admission is not None:
+                await self.quotas.release(admission)
             raise
-        self.quotas.bind(admission, run)
+        if self.quotas is not None and admission is not None:
+            self.quotas.bind(admission, run)
         return run
+
+    async def start(self, command: QueryCommand, webhooks: Sequence[Webhook] = ()) -> RunState:
+        """Start `command`'s run in the background: like `query`, but the run is not
+        cancelled for want of a follower."""
+        return await self.query(replace(command, background=True), webhooks)
+
+    async def wait(
+        self, run_id: str, timeout_s: float, principal: Principal = ANONYMOUS
+    ) -> tuple[events.Event | None, events.Event | None, LiveRun | None]:
+        """Wait for `principal`'s run to end, at most `timeout_s`: (its terminal event or
+        None, its last event so far, its chat's live run while it runs)."""
+        followed = await self.attach(run_id, 0, principal)
+        last: events.Event | None = None
+        try:
+            async with asyncio.timeout(max(timeout_s, MIN_WAIT_S)):
+                async for event in followed:
+                    last = event
+        except TimeoutError:
+            pass
+        finally:
+            await followed.aclose()
+        if last is not None and last.WhichOneof("payload") in events.TERMINALS:
+            return last, last, None
+        live = await self.lifecycle.bus.live_of(last.chat_id) if last is not None else None
+        return None, last, live if live is not None and live.run_id == run_id else None
+
+    @staticmethod
+    def _check_client_tools(
+        agent: AgentDefinition, tools: Sequence[Mapping[str, Any]], taken: set[str]
+    ) -> None:
+        """The tools a query declares must be allowed, valid, and named apart from the agent's."""
+        if not agent.client_tools:
+            raise InvalidRequest(
+                f"agent {agent.key!r} does not take tools from the client (its file does not "
+                'set "clientTools": true); send the query without tools',
+                agent_key=agent.key,
+            )
+        for index, tool in enumerate(client_tools(tools)):
+            if tool.name in taken or tool.name in SERVICE_TOOLS:
+                raise InvalidRequest(
+                    f"tools[{index}].name: {tool.name!r} is a tool agent {agent.key!r} has "
+                    "already; name the client's tool otherwise"
+                )
 
     async def _check_chat_owner(self, chat_id: str, principal: Principal) -> None:
         """A chat of another principal is, to this one, a chat that does not exist."""
@@ -383,6 +483,121 @@ class FrontDoor:
         )
         return rows, first.isoformat(), last.isoformat()
 
+    # -- the webhooks of a run ---------------------------------------------------------
+
+    async def add_webhook(
+        self, run_id: str, webhook: Webhook, principal: Principal = ANONYMOUS
+    ) -> Webhook:
+        """Add a webhook to `principal`'s run (replacing the run's webhook of its id)."""
+        await self._owned_run(run_id, principal)
+        checked = self._client_webhook(webhook, "webhook")
+        if webhook.webhook_id and not valid_webhook_id(webhook.webhook_id):
+            raise InvalidRequest("webhookId: 1 to 64 letters, digits, '_', '-' or '.'")
+        known = await self._store().of_run(run_id)
+        if webhook.webhook_id not in {w.webhook_id for w in known} and len(known) >= MAX_WEBHOOKS:
+            raise InvalidRequest(f"run {run_id!r} has {MAX_WEBHOOKS} webhooks already")
+        return await self._keep_webhook(
+            replace(checked, webhook_id=webhook.webhook_id), run_id, principal
+        )
+
+    async def run_webhooks(
+        self, run_id: str, principal: Principal = ANONYMOUS
+    ) -> builtins.list[Webhook]:
+        """The webhooks of `principal`'s run, oldest first."""
+        await self._owned_run(run_id, principal)
+        return await self._store().of_run(run_id)
+
+    async def run_webhook(
+        self, run_id: str, webhook_id: str, principal: Principal = ANONYMOUS
+    ) -> Webhook:
+        for webhook in await self.run_webhooks(run_id, principal):
+            if webhook.webhook_id == webhook_id:
+                return webhook
+        raise NotFound(f"run {run_id!r} has no webhook {shorten(webhook_id)!r}")
+
+    async def remove_webhook(
+        self, run_id: str, webhook_id: str, principal: Principal = ANONYMOUS
+    ) -> None:
+        await self._owned_run(run_id, principal)
+        if not await self._store().remove(run_id, webhook_id):
+            raise NotFound(f"run {run_id!r} has no webhook {shorten(webhook_id)!r}")
+
+    def _store(self) -> WebhookStore:
+        if self.webhooks is None:
+            raise InvalidRequest("webhooks are not offered by this service")
+        return self.webhooks
+
+    def _client_webhook(self, webhook: Webhook, what: str) -> Webhook:
+        """A webhook a client gives, checked against what the service allows."""
+        self._store()
+        options = self.webhook_options
+        return webhook_of(
+            webhook.url,
+            allowed_hosts=options.allowed_hosts,
+            format=webhook.format,
+            secret=webhook.secret,
+            token=webhook.token,
+            authorization=webhook.authorization,
+            signing=options.signing,
+            what=what,
+        )
+
+    async def _keep_webhook(self, webhook: Webhook, run_id: str, owner: Principal) -> Webhook:
+        kept = replace(
+            webhook,
+            run_id=run_id,
+            owner=owner,
+            webhook_id=webhook.webhook_id or "wh_" + secrets.token_hex(6),
+            created_at_ms=time.time_ns() // 1_000_000,
+        )
+        await self._store().add(kept)
+        return kept
+
+    async def _owned_run(self, run_id: str, principal: Principal) -> None:
+        """`principal`'s run, live, recent or kept in the run log; RunNotFound otherwise."""
+        if not run_id:
+            raise InvalidRequest("runId is required")
+        found = await self.lifecycle.bus.find(run_id) if valid_run_id(run_id) else None
+        if found is not None and found.owner == principal:
+            return
+        kept = await self.lifecycle.run_log.load(run_id) if valid_run_id(run_id) else None
+        if found is None and kept and await self._owns_chat(kept[0].chat_id, principal):
+            return
+        shown = shorten(run_id)
+        raise RunNotFound(f"no run {shown!r} (unknown or expired)", run_id=shown)
+
+    # -- the files of a chat's workspace ----------------------------------------------
+
+    async def list_files(
+        self, chat_id: str, principal: Principal = ANONYMOUS
+    ) -> builtins.list[WorkspaceFile]:
+        """The files the chat's tools wrote in its workspace, for the chat's owner."""
+        await self._visible_chat(chat_id, principal)
+        return await self.files.list(chat_id) if self.files is not None else []
+
+    async def download(
+        self, chat_id: str, path: str, principal: Principal = ANONYMOUS
+    ) -> tuple[WorkspaceFile, FileContent]:
+        """A file of the chat's workspace and its bytes, for the chat's owner, up to the
+        download limit."""
+        await self._visible_chat(chat_id, principal)
+        if not path:
+            raise InvalidRequest("path is required")
+        if self.files is None:
+            raise NotFound(f"no file {shorten(path)!r} in the workspace of chat {chat_id!r}")
+        return await self.files.read(chat_id, path, self.download_max_bytes, DOWNLOAD_CHUNK_BYTES)
+
+    async def _visible_chat(self, chat_id: str, principal: Principal) -> None:
+        """The chat must exist and be `principal`'s (to anyone else it does not exist)."""
+        if not chat_id:
+            raise InvalidRequest("chatId is required")
+        check_chat_id(chat_id)
+        summary = await self.lifecycle.chats.summary(chat_id)
+        active = await self.lifecycle.bus.active_of(chat_id) if summary is None else None
+        owner = summary.owner if summary is not None else active.owner if active else None
+        if owner != principal:
+            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -396,6 +611,8 @@ class FrontDoor:
         if self.quotas is not None:
             await self.quotas.open()
         await self.catalog.open()
+        if self.webhooks is not None:
+            await self.webhooks.open()
 
     async def resume(self, reason: str = "restart") -> list[RunState]:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
@@ -414,6 +631,8 @@ class FrontDoor:
         if self.quotas is not None:
             await self.quotas.close()
         await self.catalog.close()
+        if self.webhooks is not None:
+            await self.webhooks.close()
 
     async def flush(self) -> None:
         """Wait until every ended run is recorded, kept in the run log and in the ledger."""

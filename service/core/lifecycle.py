@@ -208,7 +208,7 @@ class RunLifecycle:
         )
         query_record = events.to_dict(query_event.request_query)
         query_record["chatId"] = chat_id
-        run = self._run_state(secrets.token_hex(8), chat_id, agent, command)
+        run = self._run_state(command.run_id or secrets.token_hex(8), chat_id, agent, command)
         stored = user_message(command.message, parts)
         return _Prepared(run, query_event, query_record, new_chat, memory, parts, stored)
 
@@ -318,7 +318,8 @@ class RunLifecycle:
             Ids(run.run_id, self._floors(run)),
             models=models,
         )
-        run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
+        if not command.background:  # a background run (Start) is not abandoned unfollowed
+            run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
         run.task.add_done_callback(lambda _: self._ended(run, recorder, agent.mode))
 

@@ -8,8 +8,10 @@ calls the service over the adapter's gRPC channel only, like every other route:
   last message, a `user` message, is the query (agw keeps the conversation
   itself: earlier messages are not re-sent to the model); `forwardedProps` (an
   object) becomes the query's `params` and `context` its `scene.context`;
-  `state` is kept and the plan is merged into it. `tools` are not offered to
-  the model: an agent's frontend tools are those of its definition.
+  `state` is kept and the plan is merged into it. `tools` are the query's
+  `tools`: frontend tools of that run, answered by the client (the agent must
+  allow them, `clientTools`). A thread with earlier runs gets its messages first
+  (`MESSAGES_SNAPSHOT`, agui_messages.py).
 - The run's events are projected as `agui_events` says, each written at once.
 - Frontend tools: when the run waits only for frontend tools, the AG-UI run
   ends (`RUN_FINISHED`, the calls in `outcome.pendingToolCallIds`) while the
@@ -36,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -47,6 +49,7 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from service.gateway.agui_events import AgUiEvent, Projection, failed
+from service.gateway.agui_messages import thread_messages
 from service.gateway.agui_thread import replay
 from service.gateway.metadata import Metadata, metadata_of
 from service.gateway.sse import EventStream
@@ -80,6 +83,7 @@ class RunInput:
     context: list[Any]
     forwarded_props: dict[str, Any]
     resume: list[tuple[str, str, Any]]  # (interruptId, status, payload)
+    tools: list[dict[str, Any]] = field(default_factory=list)  # the client's own tools
 
 
 class AgUiEndpoint:
@@ -141,6 +145,8 @@ class AgUiEndpoint:
         if not (answers or run_input.resume):
             projection = Projection(run_input.thread_id, run_input.run_id, dict(run_input.state))
             query = self._query(request, run_input, interrupt=bool(live and live.waits))
+            if chat is not None:  # a thread with a history: the client gets it whole first
+                projection.snapshot = await self._messages(run_input, metadata)
             return self.query(query, metadata=metadata), projection
         if live is None:  # nothing waits: a late answer gets the service's reason
             return await self._late(run_input, answers, chat, metadata)
@@ -159,6 +165,19 @@ class AgUiEndpoint:
                 return None  # a new thread (or an id the query itself will refuse)
             raise
         return chat
+
+    async def _messages(self, run_input: RunInput, metadata: Metadata) -> list[dict[str, Any]]:
+        """The thread's messages so far, then the input's new user message."""
+        chat = await self.get_chat(
+            gw.GetChatRequest(chat_id=run_input.thread_id), metadata=metadata
+        )
+        last = run_input.messages[-1]
+        current = {
+            "id": last.get("id") or "",
+            "role": "user",
+            "content": user_text(run_input.messages),
+        }
+        return [*thread_messages(chat.events), current]
 
     async def _late(
         self,
@@ -190,7 +209,10 @@ class AgUiEndpoint:
             chat_id=run_input.thread_id,
             agent_key=request.match_info["agentKey"],
             message=message,
+            request_id=_message_id(run_input.messages[-1]),
         )
+        for tool in run_input.tools:
+            _parse_into_tool(tool, query.tools.add())
         if run_input.forwarded_props:
             query.params.update(run_input.forwarded_props)
         if run_input.context:
@@ -370,7 +392,41 @@ def parse_input(body: bytes) -> RunInput:
         context if isinstance(context, list) else [],
         props if isinstance(props, dict) else {},
         _resume_entries(data.get("resume")),
+        _tools(data.get("tools")),
     )
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    """The input's `tools`: objects with a `name`, a `description` and `parameters`."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise BadRequest("tools must be a list of tool objects")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool.get("name"), str) or not isinstance(
+            tool.get("description", ""), str
+        ):
+            raise BadRequest(f"tools[{index}] needs a name and a description (strings)")
+        if not isinstance(tool.get("parameters", {}), dict):
+            raise BadRequest(f"tools[{index}].parameters must be a JSON Schema object")
+    return tools
+
+
+def _parse_into_tool(tool: dict[str, Any], target: gw.ClientTool) -> None:
+    """A tool of the input as the query's `ClientTool` (its `metadata` is the client's)."""
+    target.name, target.description = tool["name"], tool.get("description", "")
+    if "parameters" in tool:
+        try:
+            json_format.ParseDict(tool["parameters"], target.parameters)
+        except json_format.ParseError as error:
+            raise BadRequest(f"tool {shown(tool['name'])!r}: parameters: {error}") from None
+
+
+def _message_id(message: dict[str, Any]) -> str:
+    """The id of the client's message, as the query's request id (so the thread's history
+    keeps it): when it is a short string."""
+    message_id = message.get("id")
+    return message_id if isinstance(message_id, str) and len(message_id) <= 128 else ""
 
 
 def _resume_entries(resume: Any) -> list[tuple[str, str, Any]]:

@@ -80,6 +80,8 @@ class Projection:
     subagents: dict[str, str] = field(default_factory=dict)  # open ones: tool id → name
     pending: list[str] = field(default_factory=list)  # frontend calls left to the client
     asks: dict[str, AgUiEvent] = field(default_factory=dict)  # open asks, as AG-UI interrupts
+    # The thread's messages, sent once after RUN_STARTED (MESSAGES_SNAPSHOT), when it has any.
+    snapshot: list[dict[str, Any]] | None = None
 
     # -- the run's life --------------------------------------------------------------------
 
@@ -131,7 +133,11 @@ class Projection:
             runId=self.run_id,
             metadata={"agw": {"chatId": event.chat_id, "runId": event.run_id}},
         )
-        return [started, *(_at(event, "STEP_STARTED", stepName=step) for step in self.steps)]
+        out = [started]
+        if self.snapshot is not None:
+            out.append(_at(event, "MESSAGES_SNAPSHOT", messages=self.snapshot))
+            self.snapshot = None
+        return [*out, *(_at(event, "STEP_STARTED", stepName=step) for step in self.steps)]
 
     def _subagent_started(self, event: pb.Event, tool_id: str) -> AgUiEvent:
         call = self.calls.get(tool_id)
@@ -272,8 +278,7 @@ class Projection:
             out.append(_at(event, "SUBAGENT_FINISHED", subagentRunId=call_id))
         if call_id in self.answered:  # the client sent this result itself: it has it
             return out
-        content = codec.to_dict(pb.ToolResult(result=result)).get("result", "")
-        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        text = result_text(result)
         out.append(
             _at(
                 event,
@@ -414,6 +419,12 @@ def failed(projection: Projection, message: str, code: str, timestamp: int) -> l
     projection.finished = True
     out.append({"type": "RUN_ERROR", "timestamp": timestamp, "message": message, "code": code})
     return out
+
+
+def result_text(value: Any) -> str:
+    """A tool's result as AG-UI's tool message content: a string, else its JSON."""
+    content = codec.to_dict(pb.ToolResult(result=value)).get("result", "")
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
 
 
 def _at(event: pb.Event, kind: str, **fields: Any) -> AgUiEvent:

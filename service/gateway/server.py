@@ -3,7 +3,8 @@
 For every annotated RPC of the given services (`routes_of`) one generic
 handler is registered: it transcodes the HTTP request into the request
 message, calls the RPC over a gRPC channel, and answers with the unary
-envelope or, for server-streaming RPCs, with Server-Sent Events. Adding an
+envelope or, for server-streaming RPCs, with Server-Sent Events (a stream of
+`google.api.HttpBody` with the raw bytes it carries, gateway/body.py). Adding an
 annotated RPC to the proto adds its route; there is no per-RPC code.
 
 The channel may point at a gRPC server in another process
@@ -35,6 +36,7 @@ from google.protobuf.message import Message
 
 from service.gateway import agui, codec
 from service.gateway.a2a import A2AEndpoint
+from service.gateway.body import HTTP_BODY, serve_body
 from service.gateway.cors import Cors
 from service.gateway.hosts import LOOPBACK_HOSTS, AllowedHosts
 from service.gateway.metadata import metadata_of
@@ -171,6 +173,15 @@ class HttpGateway:
         assert self.channel is not None
         serialize = _serializer
         deserialize = route.response_class.FromString
+        if route.streaming and route.method.output_type.full_name == HTTP_BODY:
+            body_call = self.channel.unary_stream(route.full_method, serialize, deserialize)
+
+            async def raw(request: web.Request) -> web.StreamResponse:
+                message = await _decode(route, request)
+                call = body_call(message, metadata=metadata_of(request))
+                return await serve_body(request, call, self.write_timeout_s)
+
+            return raw
         if route.streaming:
             stream_call = self.channel.unary_stream(route.full_method, serialize, deserialize)
             event_id = _event_id_of(route)

@@ -29,11 +29,15 @@ here (`summaries.py`, `framing.py`, `run_refs.py`).
 | SpendLedger | `files` | a SQLite file beside the run log (`files/ledger.py`) |
 | SpendLedger | `memory` | in-process (`local/quotas.py`) |
 | SpendLedger | `postgres` | PostgreSQL, shared by replicas (`postgres/ledger.py`) |
+| WebhookStore | `files` | webhooks and queued notifications in SQLite (`files/webhooks.py`) |
+| WebhookStore | `memory` | in-process (`local/webhooks.py`): the queue dies with the process |
+| WebhookStore | `postgres` | PostgreSQL, shared by replicas (`postgres/webhooks.py`) |
 
 Adding a backend is a new module in its backend's folder (a new folder for a new
 kind of storage) and one line in the tables below; the settings pick one by name
 (`AGW_CHAT_STORE`, `AGW_RUN_LOG`, `AGW_RUN_BUS`, `AGW_UPLOAD_STORE`, `AGW_RUN_JOURNAL`,
-`AGW_SPEND_LEDGER`, `AGW_AGENT_STORE`; the quota counters follow `AGW_RUN_BUS`).
+`AGW_SPEND_LEDGER`, `AGW_AGENT_STORE`, `AGW_WEBHOOK_STORE`; the quota counters follow
+`AGW_RUN_BUS`).
 Factories take plain values (`StateOptions`), never the settings object.
 """
 
@@ -54,11 +58,13 @@ from service.core.ports import (
     UploadStore,
 )
 from service.core.run.waits import Waits
+from service.core.webhooks import WebhookStore
 from service.state.files.chats import FsyncPolicy, JsonlChatStore
 from service.state.files.journal import FileRunJournal
 from service.state.files.ledger import FileSpendLedger
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
+from service.state.files.webhooks import FileWebhookStore
 from service.state.local.agents import LocalAgentStore
 from service.state.local.bus import LocalRunBus
 from service.state.local.quotas import LocalQuotaCounters, LocalSpendLedger
@@ -68,12 +74,14 @@ from service.state.local.stores import (
     LocalRunLog,
     LocalUploadStore,
 )
+from service.state.local.webhooks import LocalWebhookStore
 from service.state.postgres.agents import PostgresAgentStore
 from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.journal import PostgresRunJournal
 from service.state.postgres.ledger import PostgresSpendLedger
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.uploads import PostgresUploadStore
+from service.state.postgres.webhooks import PostgresWebhookStore
 from service.state.redis.bus import RedisRunBus
 from service.state.redis.quotas import RedisQuotaCounters
 
@@ -159,4 +167,12 @@ AGENT_STORES: dict[str, Callable[[StateOptions], AgentStore | None]] = {
     "files": lambda o: None,
     "memory": lambda o: LocalAgentStore(),
     "postgres": lambda o: PostgresAgentStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
+}
+
+WEBHOOK_STORES: dict[str, Callable[[StateOptions], WebhookStore]] = {
+    "files": lambda o: FileWebhookStore(o.runs_dir, o.run_log_ttl_s),
+    "memory": lambda o: LocalWebhookStore(),
+    "postgres": lambda o: PostgresWebhookStore(
+        o.postgres_dsn, ttl_s=o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
+    ),
 }

@@ -33,8 +33,11 @@ from service.core.commands import (
     UploadCommand,
 )
 from service.core.errors import InvalidRequest
+from service.core.files import WorkspaceFile
 from service.core.ids import ANONYMOUS, Principal
-from service.core.values import ChatSummary, SpendEntry, StoredUpload
+from service.core.values import ChatSummary, LiveRun, SpendEntry, StoredUpload
+from service.core.webhooks import Format as WebhookFormat
+from service.core.webhooks import Webhook
 
 STRATEGIES: dict[int, Strategy] = {
     gw.MULTITASK_STRATEGY_REJECT: "reject",
@@ -147,7 +150,108 @@ def query_command(request: gw.QueryRequest, principal: Principal = ANONYMOUS) ->
         strategy=strategy,
         principal=principal,
         mode=mode,
+        overrides=overrides_of(request.overrides) if request.HasField("overrides") else None,
+        tools=tuple(
+            {
+                "name": tool.name,
+                "description": tool.description,
+                **(
+                    {"parameters": struct_value(tool.parameters, "tools.parameters")}
+                    if tool.HasField("parameters")
+                    else {}
+                ),
+            }
+            for tool in request.tools
+        ),
     )
+
+
+#: The agent file's name of each override a `RunOverrides` field sets.
+OVERRIDE_NAMES = {
+    "model": "model",
+    "provider_key": "providerKey",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+    "reasoning_enabled": "reasoning.enabled",
+    "reasoning_effort": "reasoning.effort",
+    "max_model_calls": "budget.maxModelCalls",
+    "max_tool_calls": "budget.maxToolCalls",
+    "max_steps": "budget.maxSteps",
+    "timeout_ms": "budget.timeoutMs",
+}
+
+
+def overrides_of(message: gw.RunOverrides) -> dict[str, Any]:
+    """The overrides a query sets, by the agent file's names (NaN and infinity refused)."""
+    overrides = {OVERRIDE_NAMES[f.name]: value for f, value in message.ListFields()}
+    return dict(_finite(overrides, "overrides"))
+
+
+#: The wire value of each webhook format, and back.
+WEBHOOK_FORMATS: dict[WebhookFormat, gw.WebhookFormat.ValueType] = {
+    "agw": gw.WEBHOOK_FORMAT_AGW,
+    "a2a": gw.WEBHOOK_FORMAT_A2A,
+    "a2a_v03": gw.WEBHOOK_FORMAT_A2A_V03,
+}
+WEBHOOK_FORMAT_NAMES: dict[int, WebhookFormat] = {
+    gw.WEBHOOK_FORMAT_UNSPECIFIED: "agw",
+    **{int(value): name for name, value in WEBHOOK_FORMATS.items()},
+}
+
+
+def webhook_of(message: gw.Webhook, webhook_id: str = "") -> Webhook:
+    """A webhook a request gives (checked by the front door)."""
+    format_name = WEBHOOK_FORMAT_NAMES.get(message.format)
+    if format_name is None:
+        raise InvalidRequest(f"unknown webhook format {message.format}")
+    return Webhook(
+        url=message.url,
+        format=format_name,
+        secret=message.secret,
+        token=message.token,
+        authorization=message.authorization,
+        webhook_id=webhook_id,
+    )
+
+
+def run_webhook(webhook: Webhook) -> gw.RunWebhook:
+    """A run's webhook as the API shows it: never its secret or its authorization."""
+    return gw.RunWebhook(
+        webhook_id=webhook.webhook_id,
+        run_id=webhook.run_id,
+        url=webhook.url,
+        format=WEBHOOK_FORMATS[webhook.format],
+        token=webhook.token,
+        authorized=bool(webhook.authorization),
+        created_at=webhook.created_at_ms,
+    )
+
+
+def wait_response(
+    terminal: pb.Event | None, last: pb.Event | None, live: LiveRun | None
+) -> gw.WaitResponse:
+    status = gw.RUN_STATUS_ENDED if terminal is not None else gw.RUN_STATUS_RUNNING
+    if live is not None and live.waits:
+        status = gw.RUN_STATUS_WAITING
+    response = gw.WaitResponse(
+        status=status,
+        last_seq=last.seq if last is not None else 0,
+        chat_id=last.chat_id if last is not None else "",
+    )
+    if terminal is not None:
+        response.terminal.CopyFrom(terminal)
+    if live is not None:
+        response.waits.extend(pending_waits(live))
+    return response
+
+
+def pending_waits(live: LiveRun) -> list[gw.PendingWait]:
+    """What a live run waits for, as the contract says it."""
+    return [
+        gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
+        for w in live.waits
+    ]
 
 
 def submit_command(request: gw.SubmitRequest, principal: Principal = ANONYMOUS) -> SubmitCommand:
@@ -262,10 +366,7 @@ def chat_response(view: ChatView, *, include_raw_messages: bool) -> gw.GetChatRe
                 run_id=live.run_id,
                 agent_key=live.agent_key,
                 last_seq=live.last_seq,
-                waits=[
-                    gw.PendingWait(tool_id=w.tool_id, kind=WAIT_KIND[w.kind], tool_name=w.tool_name)
-                    for w in live.waits
-                ],
+                waits=pending_waits(live),
             )
         )
     return response
@@ -292,6 +393,15 @@ WAIT_KIND = {
     "permission": gw.WAIT_KIND_PERMISSION,
     "plan_approval": gw.WAIT_KIND_PLAN_APPROVAL,
 }
+
+
+def workspace_file(file: WorkspaceFile) -> gw.WorkspaceFile:
+    return gw.WorkspaceFile(
+        path=file.path,
+        size_bytes=file.size_bytes,
+        mime_type=file.mime_type,
+        modified_at=file.modified_at_ms,
+    )
 
 
 def upload_response(upload: StoredUpload, command: UploadCommand) -> gw.UploadResponse:

@@ -20,8 +20,9 @@ import grpc
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
+from google.api import httpbody_pb2  # type: ignore[import-untyped]
 
-from service.core.errors import AgwError
+from service.core.errors import AgwError, InvalidRequest
 from service.core.frontdoor import FrontDoor
 from service.core.run.observation import active_streams
 from service.transport import codec
@@ -31,6 +32,7 @@ from service.transport.heartbeat import StreamWriter
 from service.transport.tracing import rpc_span
 
 log = logging.getLogger("agw.grpc")
+MAX_WAIT_MS = 600_000  # the longest a Wait may wait
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
@@ -96,7 +98,8 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Query", context):
             try:
-                run = await self.front.query(codec.query_command(request, principal()))
+                webhooks = [codec.webhook_of(w) for w in request.webhooks]
+                run = await self.front.query(codec.query_command(request, principal()), webhooks)
             except AgwError as error:
                 await abort(context, error)
                 return
@@ -151,6 +154,49 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         finally:
             await writer.stop()
             active_streams.add(-1, labels)
+
+    @unary
+    async def Start(self, request: gw.StartRequest, context: Context) -> gw.StartResponse:
+        query = request.query
+        webhooks = [codec.webhook_of(w) for w in query.webhooks]
+        run = await self.front.start(codec.query_command(query, principal()), webhooks)
+        return gw.StartResponse(run_id=run.run_id, chat_id=run.chat_id)
+
+    @unary
+    async def Wait(self, request: gw.WaitRequest, context: Context) -> gw.WaitResponse:
+        if not 0 <= request.timeout_ms <= MAX_WAIT_MS:
+            raise InvalidRequest(f"timeoutMs must be from 0 to {MAX_WAIT_MS}")
+        waited = await self.front.wait(request.run_id, request.timeout_ms / 1000, principal())
+        return codec.wait_response(*waited)
+
+    @unary
+    async def CreateRunWebhook(
+        self, request: gw.CreateRunWebhookRequest, context: Context
+    ) -> gw.RunWebhook:
+        webhook = codec.webhook_of(request.webhook, request.webhook_id)
+        added = await self.front.add_webhook(request.run_id, webhook, principal())
+        return codec.run_webhook(added)
+
+    @unary
+    async def ListRunWebhooks(
+        self, request: gw.ListRunWebhooksRequest, context: Context
+    ) -> gw.ListRunWebhooksResponse:
+        webhooks = await self.front.run_webhooks(request.run_id, principal())
+        return gw.ListRunWebhooksResponse(webhooks=[codec.run_webhook(w) for w in webhooks])
+
+    @unary
+    async def GetRunWebhook(
+        self, request: gw.GetRunWebhookRequest, context: Context
+    ) -> gw.RunWebhook:
+        webhook = await self.front.run_webhook(request.run_id, request.webhook_id, principal())
+        return codec.run_webhook(webhook)
+
+    @unary
+    async def DeleteRunWebhook(
+        self, request: gw.DeleteRunWebhookRequest, context: Context
+    ) -> gw.DeleteRunWebhookResponse:
+        await self.front.remove_webhook(request.run_id, request.webhook_id, principal())
+        return gw.DeleteRunWebhookResponse()
 
     @unary
     async def Cancel(self, request: gw.CancelRequest, context: Context) -> gw.CancelResponse:
@@ -280,6 +326,35 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             first_day=first,
             last_day=last,
         )
+
+    @unary
+    async def ListFiles(
+        self, request: gw.ListFilesRequest, context: Context
+    ) -> gw.ListFilesResponse:
+        files = await self.front.list_files(request.chat_id, principal())
+        return gw.ListFilesResponse(files=[codec.workspace_file(f) for f in files])
+
+    async def DownloadFile(self, request: gw.DownloadFileRequest, context: Context) -> None:  # type: ignore[override]
+        """The file's bytes in chunks, the first with its content type (google.api.HttpBody)."""
+        with rpc_span("DownloadFile", context):
+            try:
+                file, content = await self.front.download(
+                    request.chat_id, request.path, principal()
+                )
+            except AgwError as error:
+                await abort(context, error)
+                return
+            try:
+                content_type = file.mime_type
+                async for chunk in content:
+                    await context.write(
+                        httpbody_pb2.HttpBody(content_type=content_type, data=chunk)
+                    )
+                    content_type = ""
+                if content_type:  # an empty file: one message, without bytes
+                    await context.write(httpbody_pb2.HttpBody(content_type=content_type))
+            finally:
+                await content.aclose()
 
     @unary
     async def Upload(self, request: gw.UploadRequest, context: Context) -> gw.UploadResponse:

@@ -15,6 +15,7 @@ from service.providers import loopback as lb
 from service.providers.loopback import LoopbackProvider
 from tests.builtins.kit import SLACK, TIMED, disk_usage, intervals_in, most_at_once
 from tests.core.tools.kit import agent, answer_turn, call_turn, result_of, tool_gateway, tools
+from tests.toolsources.kit import ANSWER, CALL, HEAD
 
 FAKE_KEY = "sk-bash-test-0123456789-FAKE"
 
@@ -180,3 +181,50 @@ async def test_concurrent_queries_share_at_most_max_concurrent_sandboxes(
     ]
     assert len(intervals) == 5
     assert most_at_once(intervals) == 2
+
+
+async def test_a_commands_output_streams_as_tool_progress_and_stays_in_history(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    agents = {"sh": agent(toolConfig=tools("_bash_"))}
+    command = "echo one; sleep 0.6; echo two >&2; sleep 0.2; printf 'thr\\xc3\\xa9e'"
+    provider.enqueue(bash_call(command), answer_turn("ok"))
+    async with tool_gateway(
+        tmp_path, provider, agents, bash_working_dir=tmp_path / "work"
+    ) as gateway:
+        events = await gateway.query("sh", "run it", chat_id="c1")
+        await gateway.app.frontdoor.flush()
+        chat = await gateway.stub.GetChat(gw.GetChatRequest(chat_id="c1"))
+
+    kinds = [e.type for e in events]
+    assert kinds == [*HEAD, *CALL[:-1], *["tool.progress"] * 3, "tool.result", *ANSWER]
+    progress = [e for e in events if e.type == "tool.progress"]
+    assert [
+        (p.tool_progress.tool_id, p.tool_progress.message, p.tool_progress.stream) for p in progress
+    ] == [
+        ("call_b", "one", "stdout"),
+        ("call_b", "two", "stderr"),
+        ("call_b", "thrée", "stdout"),
+    ]
+    assert not progress[0].tool_progress.HasField("progress")
+    # each line is sent as it is printed, not when the command has ended
+    assert progress[1].timestamp - progress[0].timestamp >= 500
+    # the chat's history replays them where they streamed: after the call, before its result
+    replayed = [e.type for e in chat.events if e.run_id == events[0].run_id]
+    assert replayed == [
+        "request.query",
+        "chat.start",
+        "run.start",
+        "tool.snapshot",
+        "tool.progress",
+        "tool.progress",
+        "tool.progress",
+        "tool.result",
+        "content.snapshot",
+        "run.complete",
+    ]
+    assert [e.tool_progress.message for e in chat.events if e.type == "tool.progress"] == [
+        "one",
+        "two",
+        "thrée",
+    ]

@@ -25,7 +25,16 @@ from tests.fuzz.protos import json_values, strings
 
 V1 = ("SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "SubscribeToTask")
 V03 = ("message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe")
-OTHERS = ("ListTasks", "GetExtendedAgentCard", "tasks/pushNotificationConfig/set", "", "rpc.x")
+PUSH_V1 = (
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+)
+PUSH_V03 = tuple(f"tasks/pushNotificationConfig/{op}" for op in ("set", "get", "list", "delete"))
+OTHERS = ("ListTasks", "GetExtendedAgentCard", "", "rpc.x")
+#: Where a push configuration may point: a receiver of the fuzz (allowed), elsewhere, junk.
+PUSH_URLS = ("http://127.0.0.1:9/push", "http://169.254.169.254/latest", "file:///etc/passwd")
 SENDS = frozenset({"SendMessage", "SendStreamingMessage", "message/send", "message/stream"})
 TEXTS = ("Hi", "What time is it in Paris?", "yes", "a")
 
@@ -110,11 +119,49 @@ def params(draw: st.DrawFn, service: FuzzService, method: str, wild: int) -> Any
         out: dict[str, Any] = {"message": draw(message(service, v03, wild))}
         if draw(_one_in(wild)):
             out["configuration"] = draw(junk())
+        elif draw(_one_in(4)):
+            config = draw(push_config(v03, wild))
+            key = "pushNotificationConfig" if v03 else "taskPushNotificationConfig"
+            out["configuration"] = {key: config}
         return out
+    if method in PUSH_V1 + PUSH_V03:
+        return draw(push_params(service, method, v03, wild))
     out = {"id": draw(_seen(service, "runs", wild))}
     if draw(_one_in(4)):
         out["historyLength"] = draw(st.sampled_from([0, 1, 5, -1, 2**70, 1.5, "2", True, None]))
     return out
+
+
+@st.composite
+def push_config(draw: st.DrawFn, v03: bool, wild: int) -> Any:
+    """A push notification configuration of the dialect (or junk)."""
+    if draw(_one_in(wild)):
+        return draw(junk())
+    config: dict[str, Any] = {"url": draw(st.sampled_from(PUSH_URLS) | strings())}
+    if draw(st.booleans()):
+        config["token"] = draw(st.sampled_from(["tok", ""]) | strings())
+    if draw(_one_in(3)):
+        scheme = draw(st.sampled_from(["Bearer", ""]) | strings())
+        auth = {"schemes": [scheme]} if v03 else {"scheme": scheme}
+        config["authentication"] = {**auth, "credentials": draw(strings())}
+    if draw(_one_in(3)):
+        config["id"] = draw(st.sampled_from(["p1", "p2"]) | strings())
+    return config
+
+
+@st.composite
+def push_params(draw: st.DrawFn, service: FuzzService, method: str, v03: bool, wild: int) -> Any:
+    """Params of a push configuration method: a task (maybe another's) and a configuration."""
+    task = draw(_seen(service, "runs", wild))
+    config_id = draw(st.sampled_from(["p1", "p2", ""]) | strings())
+    if method.endswith(("set", "CreateTaskPushNotificationConfig")):
+        config = draw(push_config(v03, wild))
+        if v03:
+            return {"taskId": task, "pushNotificationConfig": config}
+        return {"taskId": task, **config} if isinstance(config, dict) else config
+    if v03:
+        return {"id": task, "pushNotificationConfigId": config_id}
+    return {"taskId": task, "id": config_id}
 
 
 @st.composite
@@ -125,7 +172,7 @@ def calls(draw: st.DrawFn, service: FuzzService) -> tuple[Any, str | None]:
     answer = draw(answers(service, wild))
     if draw(st.booleans()) and service.ids.waits:
         return answer
-    methods = st.sampled_from(V1 + V03)
+    methods = st.sampled_from(V1 + V03 + PUSH_V1 + PUSH_V03)
     method = draw(
         _one_in(wild).flatmap(lambda go: st.sampled_from(OTHERS) | junk() if go else methods)
     )

@@ -33,6 +33,7 @@ Metadata = Sequence[tuple[str, str]]
 Answer = Callable[[pb.Event], Awaitable[None]]
 
 METHODS: dict[str, MethodDescriptor] = {m.name: m for m in AGENT_GATEWAY.methods}
+EVENT = pb.Event.DESCRIPTOR.full_name
 #: Besides INTERNAL and the like: the fuzz never cancels a call, so the service must not.
 UNEXPECTED = FORBIDDEN_CODES | {grpc.StatusCode.CANCELLED}
 ANSWERED = frozenset({gw.SUBMIT_OUTCOME_ACCEPTED, gw.SUBMIT_OUTCOME_ALREADY_ANSWERED})
@@ -47,6 +48,7 @@ class Outcome:
     """What a call answered: its response or events, or its failure."""
 
     events: list[pb.Event] = field(default_factory=list)
+    chunks: list[Message] = field(default_factory=list)  # a stream of another message (a file)
     response: Message | None = None
     error: grpc.aio.AioRpcError | None = None
 
@@ -88,7 +90,10 @@ async def invoke(
     outcome = Outcome()
     try:
         async with asyncio.timeout(CALL_TIMEOUT_S):
-            if method.server_streaming:
+            if method.server_streaming and method.output_type.full_name != EVENT:
+                call = channel.unary_stream(path_of(method))(payload, metadata=metadata)
+                outcome.chunks = [response_class(method).FromString(raw) async for raw in call]
+            elif method.server_streaming:
                 call = channel.unary_stream(path_of(method))(payload, metadata=metadata)
                 async for raw in call:
                     event = pb.Event.FromString(raw)

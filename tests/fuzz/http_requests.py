@@ -13,6 +13,7 @@ wire.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -23,8 +24,8 @@ from hypothesis import strategies as st
 
 from service.gateway.routes import Route, routes_of
 from service.gateway.server import AGENT_GATEWAY
-from tests.fuzz.kit import AGENT_KEYS, ALICE_KEY, COMMANDS, FuzzService, tokens
-from tests.fuzz.protos import json_values, strings
+from tests.fuzz.kit import AGENT_KEYS, ALICE_KEY, COMMANDS, WORKSPACE_PATHS, FuzzService, tokens
+from tests.fuzz.protos import BOUNDED, TIMEOUTS_MS, WEBHOOK_URLS, json_values, strings
 
 ROUTES = routes_of(AGENT_GATEWAY)
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
@@ -59,6 +60,13 @@ def segments(service: FuzzService, wild: int) -> st.SearchStrategy[str]:
     return _one_in(wild).flatmap(lambda go: junk if go else real)
 
 
+def files(wild: int) -> st.SearchStrategy[str]:
+    """A file of a workspace (a path variable of several segments), or a way out of it."""
+    real = st.sampled_from(WORKSPACE_PATHS).map(lambda s: quote(s, safe="/"))
+    junk = strings().map(lambda s: quote(s, safe="/")) | st.sampled_from(RAW_SEGMENTS)
+    return _one_in(wild).flatmap(lambda go: junk if go else real)
+
+
 def paths(service: FuzzService, route: Route | None, wild: int) -> st.SearchStrategy[str]:
     """The path of `route` (variables filled, maybe bent), or the page, a static file, junk."""
     if route is None:
@@ -73,7 +81,9 @@ def paths(service: FuzzService, route: Route | None, wild: int) -> st.SearchStra
 def _filled(draw: st.DrawFn, service: FuzzService, route: Route, wild: int) -> str:
     path = route.template
     for _, name in route.variables:
-        path = path.replace("{" + name + "}", draw(segments(service, wild)))
+        value = draw(files(wild) if name == "path" else segments(service, wild))
+        variable = re.compile(r"\{" + re.escape(name) + r"(=[^}]*)?\}")
+        path = variable.sub(value.replace("\\", "\\\\"), path)
     if not draw(_one_in(wild)):
         return path
     bend = draw(st.sampled_from(["", "/", "/..", "//", "/%2e%2e", "?"]))
@@ -91,6 +101,8 @@ HINTED = frozenset({"agent_key", "message", "run_id", "chat_id", "tool_id"})
 
 def field_value(field: FieldDescriptor, service: FuzzService, wild: int) -> st.SearchStrategy[Any]:
     """A JSON value for `field`: a real one (named fields), or of its type, or any JSON."""
+    if field.name in BOUNDED:
+        return TIMEOUTS_MS
     hinted = {
         "agent_key": st.sampled_from(AGENT_KEYS),
         "message": st.sampled_from(("Hi", *COMMANDS)),
@@ -101,6 +113,7 @@ def field_value(field: FieldDescriptor, service: FuzzService, wild: int) -> st.S
             else service.ids.values("chats")
         ),
         "tool_id": service.ids.values("tools"),
+        "url": WEBHOOK_URLS | strings(),
     }.get(field.name)
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING:

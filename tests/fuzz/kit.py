@@ -102,6 +102,20 @@ COMMANDS = (
 )
 
 
+#: Paths of a chat's workspace to read (DownloadFile): what the commands above write, and
+#: ways out of it.
+WORKSPACE_PATHS = (
+    "note.txt",
+    "root",
+    "root/etc/passwd",
+    "../../etc/passwd",
+    "/etc/passwd",
+    ".git/config",
+    "note.txt/..",
+    "",
+)
+
+
 def fuzz(max_examples: int) -> Callable[[T], T]:
     """The settings of a fuzz test (see the module docstring)."""
 
@@ -298,6 +312,10 @@ async def fuzz_service(base: Path, **overrides: Any) -> AsyncIterator[FuzzServic
         ],
         "agent_store": "memory",  # the agent store's calls reach a store (bob may write)
         "auth_jwt_secret": JWT_SECRET,
+        # webhooks and A2A push configurations to loopback (a closed port) are accepted:
+        # their notifications are queued and their delivery fails, again and again
+        "webhook_allowed_hosts": ["127.0.0.1"],
+        "webhook_secret": "fuzz-secret",
         **overrides,
     }
     with Alarms.raised() as alarms:

@@ -24,6 +24,15 @@ from google.protobuf.message import Message
 from hypothesis import strategies as st
 
 Hints = Mapping[str, st.SearchStrategy[Any]]
+#: Fields whose hint is always taken: values of their type would stall the fuzzing (a Wait
+#: of minutes on a run that waits for an answer).
+BOUNDED = frozenset({"timeout_ms"})
+#: URLs a webhook may be given: a closed port of loopback (allowed), others (refused).
+WEBHOOK_URLS = st.sampled_from(
+    ["http://127.0.0.1:9/hook", "http://169.254.169.254/latest", "file:///etc/passwd"]
+)
+#: A Wait's time-out: short, and refused ones.
+TIMEOUTS_MS = st.integers(0, 300) | st.sampled_from([-1, 600_001, 2**31 - 1])
 
 #: Strings that have broken servers: traversals, separators, controls, sizes, encodings.
 NASTY_STRINGS: tuple[str, ...] = (
@@ -258,7 +267,9 @@ def _build(draw: st.DrawFn, descriptor: Descriptor, hints: Hints, depth: int, wi
             _fill_map(draw, message, field, hints, depth, wild)
             continue
         values = (
-            hint if hint is not None and not wild_field else _generated(field, hints, depth, wild)
+            hint
+            if hint is not None and (not wild_field or field.name in BOUNDED)
+            else _generated(field, hints, depth, wild)
         )
         if values is None:
             continue

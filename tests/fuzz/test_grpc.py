@@ -35,13 +35,14 @@ from tests.fuzz.kit import (
     AGENT_KEYS,
     CALL_TIMEOUT_S,
     COMMANDS,
+    WORKSPACE_PATHS,
     FuzzService,
     callers,
     forget_runs,
     fuzz,
     settle,
 )
-from tests.fuzz.protos import Hints, messages, mutated, strings
+from tests.fuzz.protos import TIMEOUTS_MS, WEBHOOK_URLS, Hints, messages, mutated, strings
 from tests.fuzz.streams import end_all, open_stream, started
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -71,6 +72,9 @@ def hints(service: FuzzService) -> Hints:
         "definition_text": st.sampled_from(["", "{", '{"mode": "ONESHOT"}', '"""']) | strings(),
         "version": st.integers(-1, 4),
         "expected_version": st.integers(-1, 4),
+        "path": st.sampled_from(WORKSPACE_PATHS) | strings(),
+        "timeout_ms": TIMEOUTS_MS,
+        "url": WEBHOOK_URLS | strings(),
     }
 
 

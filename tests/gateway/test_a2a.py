@@ -56,7 +56,7 @@ async def test_each_agent_has_a_card_the_client_resolves(service: A2AService) ->
     card = await service.card("thinker")
     url = service.url("thinker")
     assert (card.name, card.description) == ("Thinker", "Thinks, then calls tools.")
-    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert card.capabilities.streaming and card.capabilities.push_notifications
     assert [(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces] == [
         (url, "JSONRPC", "1.0"),
         (url, "JSONRPC", "0.3"),

@@ -99,8 +99,8 @@ def sse_data(raw: str) -> list[dict[str, Any]]:
         (
             b'{"jsonrpc": "2.0", "id": 11, "method": "tasks/pushNotificationConfig/set"}',
             11,
-            -32003,
-            "not supported",
+            -32602,
+            "params.taskId",
         ),
         (b'{"jsonrpc": "2.0", "id": 12, "method": "GetExtendedAgentCard"}', 12, -32007, ""),
     ],

@@ -42,6 +42,7 @@ AGENTS = {
     "boss": agent("REACT", toolConfig={"agents": ["helper"]}),
     "helper": agent("REACT", toolConfig=tools("echo"), description="Echoes."),
     "picker": agent(toolConfig=tools("echo", frontends=("pick",), actions=("theme",))),
+    "copilot": agent("REACT", toolConfig=tools("echo"), clientTools=True),
 }
 
 
@@ -192,7 +193,8 @@ async def test_the_thread_is_the_chat(
 ) -> None:
     provider.enqueue(answer_turn("One"), answer_turn("Two"))
     first = run_input("First")
-    await post(client, "oneshot", first)
+    earlier = await post(client, "oneshot", first)
+    assert "MESSAGES_SNAPSHOT" not in types(earlier)  # a new thread has no history to send
     second = run_input("Second", thread_id=first["threadId"])
     second["messages"] = [
         first["messages"][0],
@@ -200,10 +202,17 @@ async def test_the_thread_is_the_chat(
         {"id": "m2", "role": "user", "content": [{"type": "text", "text": "Second"}]},
     ]
     events = await post(client, "oneshot", second)
-    assert types(events)[:3] == ["RUN_STARTED", "CUSTOM", "CUSTOM"]  # no chat.start
-    assert events[2]["name"] == "run.start"
+    assert types(events)[:4] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "CUSTOM", "CUSTOM"]
+    assert events[3]["name"] == "run.start"  # no chat.start
     said = [m["content"] for m in provider.requests[1]["messages"] if m["role"] == "user"]
     assert said == ["First", "Second"]  # the chat's memory, not the client's copy
+    # the thread as agw keeps it, with the ids its streams used, then the new message
+    first_run = earlier[0]["metadata"]["agw"]["runId"]
+    assert events[1]["messages"] == [
+        {"id": "m1", "role": "user", "content": "First"},
+        {"id": f"{first_run}_c_1", "role": "assistant", "content": "One"},
+        {"id": "m2", "role": "user", "content": "Second"},
+    ]
 
 
 async def test_react_with_a_backend_tool(
@@ -595,3 +604,82 @@ async def test_a_resume_payload_nested_too_deep_is_refused(
     assert refused.status_code == 400, refused.text
     second["resume"] = [{**entry, "payload": True}]
     assert types(await post(client, "guarded", second))[-1] == "RUN_FINISHED"
+
+
+MAP_TOOL = {
+    "name": "show_map",
+    "description": "Show a city on the map in the page.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+async def test_the_clients_own_tools_are_offered_and_answered_by_the_client(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(
+        call_turn(("c1", "show_map", '{"city":"Oslo"}')), answer_turn("The map shows Oslo.")
+    )
+    first = run_input("Where is Oslo?", tools=[MAP_TOOL])
+    events = await post(client, "copilot", first)
+    assert types(events) == [*START, *CALL, "RUN_FINISHED"]
+    call = events[4]
+    assert call["toolCallName"] == "show_map" and call["toolCallId"].startswith("t_")
+    assert events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call["toolCallId"]]}
+    offered = provider.requests[0]["tools"]
+    assert [t["function"]["name"] for t in offered] == ["echo", "show_map"]
+    assert offered[1]["function"] == {
+        "name": "show_map",
+        "description": "Show a city on the map in the page.",
+        "parameters": MAP_TOOL["parameters"],
+    }
+    # the client ran it: the next run answers it with a tool message, and the run goes on
+    second = run_input("Where is Oslo?", thread_id=first["threadId"], tools=[MAP_TOOL])
+    second["messages"] += [
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": call["toolCallId"],
+                    "type": "function",
+                    "function": {"name": "show_map", "arguments": '{"city":"Oslo"}'},
+                }
+            ],
+        },
+        {"id": "r1", "role": "tool", "toolCallId": call["toolCallId"], "content": '"shown"'},
+    ]
+    events = await post(client, "copilot", second)
+    assert types(events) == ["RUN_STARTED", "CUSTOM", *TEXT, "RUN_FINISHED"]
+    assert events[1]["name"] == "request.submit" and events[1]["value"]["payload"] == "shown"
+    assert provider.requests[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "name": "show_map",
+        "content": "shown",
+    }
+
+
+async def test_client_tools_for_an_agent_that_takes_none_are_refused(
+    client: httpx.AsyncClient, provider: LoopbackProvider
+) -> None:
+    refused = await client.post("/api/ag-ui/react", json=run_input("Hi", tools=[MAP_TOOL]))
+    assert refused.status_code == 400
+    assert refused.json()["msg"] == (
+        "agent 'react' does not take tools from the client (its file does not set "
+        '"clientTools": true); send the query without tools'
+    )
+    bad = {**MAP_TOOL, "parameters": {"type": "array"}}
+    refused = await client.post("/api/ag-ui/copilot", json=run_input("Hi", tools=[bad, bad]))
+    assert refused.status_code == 400
+    assert refused.json()["msg"] == (
+        'tools[0].parameters.type: must be "object" (got "array"); tools[1].parameters.type: '
+        'must be "object" (got "array"); tools[1].name: duplicate tool name \'show_map\' '
+        "(see tools[0])"
+    )
+    taken = {**MAP_TOOL, "name": "echo"}
+    refused = await client.post("/api/ag-ui/copilot", json=run_input("Hi", tools=[taken]))
+    assert refused.json()["msg"] == (
+        "tools[0].name: 'echo' is a tool agent 'copilot' has already; name the client's tool "
+        "otherwise"
+    )
+    assert provider.requests == []

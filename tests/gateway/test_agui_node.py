@@ -27,6 +27,10 @@ async def test_http_agent_of_ag_ui_client(tmp_path: Path, provider: LoopbackProv
     def respond(body: dict[str, Any]) -> list[Any]:
         last = body["messages"][-1]
         offered = {tool["function"]["name"] for tool in body.get("tools", [])}
+        if "show_map" in offered:  # the client's own tool: call it, then say what it did
+            if last["role"] == "tool":
+                return [content(f"The map shows {last['content']}."), finish("stop"), DONE]
+            return call_turn(("m1", "show_map", '{"city": "Oslo"}'))
         if last["role"] == "tool" and "pick" in offered:
             return [content("You picked "), content(f"{last['content']}."), finish("stop"), DONE]
         if last["content"] == "fail":
@@ -52,6 +56,7 @@ async def test_http_agent_of_ag_ui_client(tmp_path: Path, provider: LoopbackProv
     write_agent(agents, "planner", agent("PLAN_EXECUTE", toolConfig=tools()))
     write_agent(agents, "asker", agent("REACT", toolConfig=tools("ask_user")))
     write_agent(agents, "picker", agent(toolConfig=tools(frontends=("pick",))))
+    write_agent(agents, "copilot", agent(clientTools=True))
     tools_dir = write_ui_tools(tmp_path / "tools")
     async with Harness.start(agents, provider, tools_dir=tools_dir) as service:
         process = await asyncio.create_subprocess_exec(
@@ -67,4 +72,4 @@ async def test_http_agent_of_ag_ui_client(tmp_path: Path, provider: LoopbackProv
         out, _ = await asyncio.wait_for(process.communicate(), 60)
     tap = out.decode()
     assert process.returncode == 0, tap
-    assert "# pass 7" in tap and "# fail 0" in tap, tap
+    assert "# pass 9" in tap and "# fail 0" in tap, tap

@@ -13,11 +13,13 @@ from pathlib import Path
 from types import ModuleType
 
 import google.api
+import grpc
 import grpc_tools
 import httpx
 import httpx_sse
 import orjson
 import pytest
+from google.api import httpbody_pb2  # type: ignore[import-untyped]
 from grpc_tools import protoc
 
 from service.gateway.routes import compile_template, routes_of
@@ -89,8 +91,17 @@ def test_agent_gateway_routes_are_those_of_the_proto() -> None:
         ("GetSpend", "GET", "/api/spend", ""),
         ("Upload", "POST", "/api/upload", "*"),
         ("ListModels", "GET", "/api/models", ""),
+        ("ListFiles", "GET", "/api/chats/{chat_id}/files", ""),
+        ("DownloadFile", "GET", "/api/chats/{chat_id}/files/{path=**}", ""),
+        ("Start", "POST", "/api/runs", "query"),
+        ("Wait", "GET", "/api/runs/{run_id}/wait", ""),
+        ("CreateRunWebhook", "POST", "/api/runs/{run_id}/webhooks", "webhook"),
+        ("ListRunWebhooks", "GET", "/api/runs/{run_id}/webhooks", ""),
+        ("GetRunWebhook", "GET", "/api/runs/{run_id}/webhooks/{webhook_id}", ""),
+        ("DeleteRunWebhook", "DELETE", "/api/runs/{run_id}/webhooks/{webhook_id}", ""),
     }
-    assert {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming} == {"Query", "Attach"}
+    streaming = {r.method.name for r in routes_of(AGENT_GATEWAY) if r.streaming}
+    assert streaming == {"Query", "Attach", "DownloadFile"}
 
 
 @pytest.mark.parametrize(
@@ -113,6 +124,7 @@ def test_an_extra_annotated_rpc_gets_a_route(extra: ModuleType) -> None:
         ("Shout", "POST", "/v1/shout", "*"),
         ("Shout", "PUT", "/v1/shout/{name}", "note"),
         ("Count", "GET", "/v1/count/{name=rooms/*}", ""),
+        ("Fetch", "GET", "/v1/fetch/{name=**}", ""),
     ]
 
 
@@ -156,3 +168,34 @@ async def test_extra_rpcs_are_served_without_code_for_them(
 
         assert (await http.post("/agwtest.v1.Extra/Hidden", json={})).status_code == 404
         assert (await http.get("/v1/count/elsewhere/7")).status_code == 404
+
+
+async def test_a_stream_of_http_bodies_is_served_as_the_raw_bytes(
+    extra: ModuleType, extra_adapter: tuple[ScriptedService, str]
+) -> None:
+    service, base = extra_adapter
+    service.scripts["Fetch"] = Script(
+        messages=[
+            httpbody_pb2.HttpBody(content_type="image/png", data=b"\x89PNG"),
+            httpbody_pb2.HttpBody(data=b"\r\n"),
+        ]
+    )
+    async with httpx.AsyncClient(base_url=base) as http:
+        fetched = await http.get("/v1/fetch/a/b.png")
+        assert (fetched.status_code, fetched.content) == (200, b"\x89PNG\r\n")
+        assert fetched.headers["content-type"] == "image/png"
+        assert fetched.headers["content-disposition"] == "attachment"
+        assert service.last("Fetch") == extra.EchoRequest(name="a/b.png")
+        # refused before its first message: the error envelope with its HTTP status
+        service.scripts["Fetch"] = Script(code=grpc.StatusCode.NOT_FOUND, details="no such file")
+        missing = await http.get("/v1/fetch/x")
+        assert missing.status_code == 404
+        assert missing.json()["msg"] == "no such file"
+        # failing after it: the connection is cut, the body is short
+        service.scripts["Fetch"] = Script(
+            messages=[httpbody_pb2.HttpBody(content_type="text/plain", data=b"part")],
+            code=grpc.StatusCode.INTERNAL,
+            details="disk gone",
+        )
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/v1/fetch/y")

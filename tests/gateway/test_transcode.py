@@ -53,6 +53,16 @@ SNAPSHOT = pb.Event(
     run_id="r1",
     content_snapshot=pb.ContentSnapshot(content_id="r1_c_1", text="Hello"),
 )
+#: The snapshot as the adapter writes it: flat, camelCase, 64-bit numbers as numbers.
+SNAPSHOT_JSON = {
+    "seq": 4,
+    "type": "content.snapshot",
+    "timestamp": 1732200000000,
+    "chatId": "c1",
+    "runId": "r1",
+    "contentId": "r1_c_1",
+    "text": "Hello",
+}
 
 CASES = [
     Case(
@@ -148,17 +158,7 @@ CASES = [
         data={
             "chatId": "c1",
             "chatName": "Hi",
-            "events": [
-                {
-                    "seq": 4,
-                    "type": "content.snapshot",
-                    "timestamp": 1732200000000,
-                    "chatId": "c1",
-                    "runId": "r1",
-                    "contentId": "r1_c_1",
-                    "text": "Hello",
-                }
-            ],
+            "events": [SNAPSHOT_JSON],
             "rawMessages": [{"k": "v"}],
         },
     ),
@@ -265,6 +265,78 @@ CASES = [
         sent=gw.ListAgentVersionsRequest(agent_key="a"),
         reply=gw.ListAgentVersionsResponse(versions=[gw.AgentVersion(agent_key="a", version=1)]),
         data={"versions": [{"agentKey": "a", "version": 1}]},
+    ),
+    Case(
+        "ListFiles",
+        "GET",
+        "/api/chats/c1/files",
+        sent=gw.ListFilesRequest(chat_id="c1"),
+        reply=gw.ListFilesResponse(
+            files=[gw.WorkspaceFile(path="out/r.csv", size_bytes=2**40, mime_type="text/csv")]
+        ),
+        data={"files": [{"path": "out/r.csv", "sizeBytes": 2**40, "mimeType": "text/csv"}]},
+    ),
+    Case(
+        "Start",
+        "POST",
+        "/api/runs",
+        json={"agentKey": "a", "message": "Hi", "webhooks": [{"url": "https://h.example/x"}]},
+        sent=gw.StartRequest(
+            query=gw.QueryRequest(
+                agent_key="a", message="Hi", webhooks=[gw.Webhook(url="https://h.example/x")]
+            )
+        ),
+        reply=gw.StartResponse(run_id="r1", chat_id="c1"),
+        data={"runId": "r1", "chatId": "c1"},
+    ),
+    Case(
+        "Wait",
+        "GET",
+        "/api/runs/r1/wait",
+        params=[("timeoutMs", "2500")],
+        sent=gw.WaitRequest(run_id="r1", timeout_ms=2500),
+        reply=gw.WaitResponse(status=gw.RUN_STATUS_ENDED, terminal=SNAPSHOT, last_seq=4),
+        data={
+            "status": "RUN_STATUS_ENDED",
+            "terminal": SNAPSHOT_JSON,
+            "lastSeq": 4,
+        },
+    ),
+    Case(
+        "CreateRunWebhook",
+        "POST",
+        "/api/runs/r1/webhooks",
+        json={"url": "https://h.example/x", "format": "WEBHOOK_FORMAT_A2A", "token": "t"},
+        sent=gw.CreateRunWebhookRequest(
+            run_id="r1",
+            webhook=gw.Webhook(url="https://h.example/x", format=gw.WEBHOOK_FORMAT_A2A, token="t"),
+        ),
+        reply=gw.RunWebhook(webhook_id="w1", run_id="r1", url="https://h.example/x"),
+        data={"webhookId": "w1", "runId": "r1", "url": "https://h.example/x"},
+    ),
+    Case(
+        "ListRunWebhooks",
+        "GET",
+        "/api/runs/r1/webhooks",
+        sent=gw.ListRunWebhooksRequest(run_id="r1"),
+        reply=gw.ListRunWebhooksResponse(webhooks=[gw.RunWebhook(webhook_id="w1")]),
+        data={"webhooks": [{"webhookId": "w1"}]},
+    ),
+    Case(
+        "GetRunWebhook",
+        "GET",
+        "/api/runs/r1/webhooks/w1",
+        sent=gw.GetRunWebhookRequest(run_id="r1", webhook_id="w1"),
+        reply=gw.RunWebhook(webhook_id="w1", format=gw.WEBHOOK_FORMAT_AGW),
+        data={"webhookId": "w1", "format": "WEBHOOK_FORMAT_AGW"},
+    ),
+    Case(
+        "DeleteRunWebhook",
+        "DELETE",
+        "/api/runs/r1/webhooks/w1",
+        sent=gw.DeleteRunWebhookRequest(run_id="r1", webhook_id="w1"),
+        reply=gw.DeleteRunWebhookResponse(),
+        data={},
     ),
 ]
 

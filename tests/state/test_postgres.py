@@ -25,6 +25,7 @@ from service.state.postgres.chats import PostgresChatStore
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.schema import Migration, migrate, migrations, open_pool
 from service.state.postgres.uploads import PostgresUploadStore
+from service.state.postgres.webhooks import PostgresWebhookStore
 from service.testing import PostgresServer
 from tests.state.test_ports import query, step
 
@@ -51,7 +52,7 @@ async def tables(dsn: str) -> list[str]:
 # -- migrations ------------------------------------------------------------------------
 
 #: The versions of the migrations shipped, in order.
-SHIPPED = [1, 2, 3, 10, 11, 12, 13]
+SHIPPED = [1, 2, 3, 10, 11, 12, 13, 14]
 
 
 async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn: str) -> None:
@@ -66,6 +67,7 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         PostgresChatStore(postgres_dsn),
         PostgresRunLog(postgres_dsn, 60.0),
         PostgresUploadStore(postgres_dsn),
+        PostgresWebhookStore(postgres_dsn),
     ):
         await backend.open()
         await backend.close()
@@ -80,6 +82,8 @@ async def test_migrations_apply_once_however_often_the_stores_open(postgres_dsn:
         "schema_migrations",
         "spend_ledger",
         "uploads",
+        "webhook_deliveries",
+        "webhooks",
     ]
 
 
@@ -101,6 +105,7 @@ async def test_replicas_starting_at_once_apply_the_migrations_exactly_once(
             (11, "spend_ledger"),
             (12, "agent_store"),
             (13, "run_journal"),
+            (14, "webhooks"),
         ]
     finally:
         for connection in connections:

@@ -29,6 +29,7 @@ MCP_TOOLS = [
     "mcp__t__slow",
     "mcp__t__big",
     "mcp__t__grow",
+    "mcp__t__steps",
     "mcp__t__crash",
     "mcp__t__facts",
 ]

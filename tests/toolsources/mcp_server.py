@@ -56,6 +56,15 @@ async def grow(ctx: Context) -> str:
 
 
 @server.tool()
+async def steps(count: int, ctx: Context) -> str:
+    """Report progress `count` times, then answer."""
+    for step in range(1, count + 1):
+        await ctx.report_progress(step, count, f"step {step} of {count}")
+    await ctx.report_progress(count + 1)  # a number alone, with no total and no message
+    return f"{count} steps done"
+
+
+@server.tool()
 def crash() -> str:
     """Exit the server process at once."""
     os._exit(3)

@@ -238,3 +238,33 @@ async def test_cancelling_a_run_during_an_mcp_call_leaves_the_server_serving(
     assert_invariants(events)
     assert kinds(after) == ["request.query", "run.start", "source.snapshot", *CALL, *ANSWER]
     assert result_of(after[7]) == "still here"
+
+
+async def test_an_mcp_tools_progress_notifications_stream_as_tool_progress(
+    tmp_path: Path, provider: LoopbackProvider
+) -> None:
+    provider.enqueue(call_turn(("call_p", "mcp__t__steps", '{"count": 2}')), answer_turn("Done."))
+    async with mcp_gateway(tmp_path, provider, AGENTS, [stdio_server()]) as gateway:
+        events = await gateway.query("helper", "Count")
+
+    assert kinds(events) == [
+        *HEAD,
+        "source.snapshot",
+        *CALL[:-1],
+        "tool.progress",
+        "tool.progress",
+        "tool.progress",
+        "tool.result",
+        *ANSWER,
+    ]
+    assert_invariants(events)
+    reports = [
+        (p.tool_id, p.message, p.progress, p.total if p.HasField("total") else None, p.stream)
+        for p in (e.tool_progress for e in events if e.type == "tool.progress")
+    ]
+    assert reports == [
+        ("call_p", "step 1 of 2", 1.0, 2.0, "progress"),
+        ("call_p", "step 2 of 2", 2.0, 2.0, "progress"),
+        ("call_p", "", 3.0, None, "progress"),
+    ]
+    assert result_of(events[-5]) == "2 steps done"

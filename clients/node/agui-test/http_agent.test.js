@@ -126,3 +126,53 @@ test('an unknown agent is refused before the run starts', async () => {
   chat.addMessage({ id: 'u1', role: 'user', content: 'Hello' });
   await assert.rejects(chat.runAgent(), /404/);
 });
+
+test('the tools given to runAgent are offered to the model and answered by the client', async () => {
+  const chat = agent('copilot');
+  const showMap = {
+    name: 'show_map',
+    description: 'Show a city on the map.',
+    parameters: { type: 'object', properties: { city: { type: 'string' } } },
+  };
+  chat.addMessage({ id: 'u1', role: 'user', content: 'Where is Oslo?' });
+  const rec = recorder();
+  await chat.runAgent({ tools: [showMap] }, rec);
+  const [first] = rec.seen.finished;
+  assert.equal(first.pending.length, 1);
+  const call = chat.messages.flatMap((m) => m.toolCalls || []).find((c) => c.id === first.pending[0]);
+  assert.equal(call.function.name, 'show_map');
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Oslo' });
+
+  chat.addMessage({ id: 'r1', role: 'tool', toolCallId: call.id, content: JSON.stringify('shown') });
+  const { newMessages } = await chat.runAgent({ tools: [showMap] });
+  assert.deepEqual(newMessages.filter((m) => m.role === 'assistant').map((m) => m.content), ['The map shows shown.']);
+});
+
+test('a thread opened again by another client gets its messages first', async () => {
+  const first = agent('plain');
+  first.addMessage({ id: 'u1', role: 'user', content: 'Hello' });
+  await first.runAgent();
+  const answer = first.messages.find((m) => m.role === 'assistant');
+  const later = new HttpAgent({ url: `${BASE}/api/ag-ui/plain`, threadId: first.threadId });
+  later.addMessage({ id: 'u2', role: 'user', content: 'Again' });
+  const rec = recorder();
+  let snapshot = [];
+  await later.runAgent({}, {
+    ...rec,
+    onMessagesSnapshotEvent: ({ event }) => { snapshot = event.messages; },
+  });
+  assert.deepEqual(rec.seen.types.slice(0, 2), ['RUN_STARTED', 'MESSAGES_SNAPSHOT']);
+  // the thread in order, as the first client saw it stream, then the new message
+  assert.deepEqual(
+    snapshot.map((m) => [m.id, m.role, m.content]),
+    [
+      ['u1', 'user', 'Hello'],
+      [first.messages.find((m) => m.role === 'reasoning').id, 'reasoning', 'Hm.'],
+      [answer.id, 'assistant', 'Hello'],
+      ['u2', 'user', 'Again'],
+    ],
+  );
+  const ids = new Set(later.messages.map((m) => m.id));
+  assert.ok(['u1', answer.id, 'u2'].every((id) => ids.has(id)));
+  assert.equal(later.messages.filter((m) => m.role === 'assistant').length, 2);
+});

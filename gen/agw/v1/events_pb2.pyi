@@ -141,6 +141,7 @@ class Event(_message.Message):
     TOOL_RESULT_FIELD_NUMBER: _builtins.int
     TOOL_SNAPSHOT_FIELD_NUMBER: _builtins.int
     TOOL_TIMING_FIELD_NUMBER: _builtins.int
+    TOOL_PROGRESS_FIELD_NUMBER: _builtins.int
     ACTION_START_FIELD_NUMBER: _builtins.int
     ACTION_ARGS_FIELD_NUMBER: _builtins.int
     ACTION_END_FIELD_NUMBER: _builtins.int
@@ -159,6 +160,8 @@ class Event(_message.Message):
     QUESTION_ASK_FIELD_NUMBER: _builtins.int
     QUESTION_ANSWER_FIELD_NUMBER: _builtins.int
     MODEL_FALLBACK_FIELD_NUMBER: _builtins.int
+    FILE_CREATE_FIELD_NUMBER: _builtins.int
+    FILE_UPDATE_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Position in the run's stream: 1 for the first event, then strictly
     increasing by one. Heartbeats carry 0 (they are not part of the run's log).
@@ -310,6 +313,12 @@ class Event(_message.Message):
         """"tool.timing": how long a tool took (debug level basic and above)."""
 
     @_builtins.property
+    def tool_progress(self) -> Global___ToolProgress:
+        """"tool.progress": a backend tool reports how far it got while it runs (a line of
+        `_bash_` output, an MCP progress notification), between `tool.end` and `tool.result`.
+        """
+
+    @_builtins.property
     def action_start(self) -> Global___ActionStart:
         """"action.start": the model began an action call."""
 
@@ -381,6 +390,16 @@ class Event(_message.Message):
     def model_fallback(self) -> Global___ModelFallback:
         """"model.fallback": a model call of an alias moved to its next deployment."""
 
+    @_builtins.property
+    def file_create(self) -> Global___FileCreate:
+        """"file.create": a tool call wrote a new file in the chat's workspace (ListFiles lists
+        it, DownloadFile reads it); after the call's `tool.end`, before its `tool.result`.
+        """
+
+    @_builtins.property
+    def file_update(self) -> Global___FileUpdate:
+        """"file.update": a tool call changed a file of the chat's workspace."""
+
     def __init__(
         self,
         *,
@@ -422,6 +441,7 @@ class Event(_message.Message):
         tool_result: Global___ToolResult | None = ...,
         tool_snapshot: Global___ToolSnapshot | None = ...,
         tool_timing: Global___ToolTiming | None = ...,
+        tool_progress: Global___ToolProgress | None = ...,
         action_start: Global___ActionStart | None = ...,
         action_args: Global___ActionArgs | None = ...,
         action_end: Global___ActionEnd | None = ...,
@@ -440,12 +460,14 @@ class Event(_message.Message):
         question_ask: Global___QuestionAsk | None = ...,
         question_answer: Global___QuestionAnswer | None = ...,
         model_fallback: Global___ModelFallback | None = ...,
+        file_create: Global___FileCreate | None = ...,
+        file_update: Global___FileUpdate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "file_create", b"file_create", "file_update", b"file_update", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_resume", b"run_resume", "run_start", b"run_start", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_start", b"task_start", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "usage_update", b"usage_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_args", b"action_args", "action_end", b"action_end", "action_param", b"action_param", "action_result", b"action_result", "action_snapshot", b"action_snapshot", "action_start", b"action_start", "chat_id", b"chat_id", "chat_start", b"chat_start", "chat_update", b"chat_update", "content_delta", b"content_delta", "content_end", b"content_end", "content_snapshot", b"content_snapshot", "content_start", b"content_start", "context_compress", b"context_compress", "file_create", b"file_create", "file_update", b"file_update", "heartbeat", b"heartbeat", "loop_detect", b"loop_detect", "model_end", b"model_end", "model_fallback", b"model_fallback", "model_start", b"model_start", "parent_tool_id", b"parent_tool_id", "payload", b"payload", "permission_answer", b"permission_answer", "permission_ask", b"permission_ask", "plan_approval", b"plan_approval", "plan_create", b"plan_create", "plan_revise", b"plan_revise", "plan_update", b"plan_update", "question_answer", b"question_answer", "question_ask", b"question_ask", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "reasoning_snapshot", b"reasoning_snapshot", "reasoning_start", b"reasoning_start", "request_query", b"request_query", "request_submit", b"request_submit", "request_upload", b"request_upload", "run_cancel", b"run_cancel", "run_complete", b"run_complete", "run_error", b"run_error", "run_id", b"run_id", "run_resume", b"run_resume", "run_start", b"run_start", "seq", b"seq", "source_snapshot", b"source_snapshot", "task_complete", b"task_complete", "task_fail", b"task_fail", "task_id", b"task_id", "task_start", b"task_start", "timestamp", b"timestamp", "tool_args", b"tool_args", "tool_end", b"tool_end", "tool_progress", b"tool_progress", "tool_result", b"tool_result", "tool_snapshot", b"tool_snapshot", "tool_start", b"tool_start", "tool_timing", b"tool_timing", "type", b"type", "usage_update", b"usage_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer", "model_fallback"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["request_query", "request_upload", "request_submit", "chat_start", "chat_update", "plan_create", "plan_update", "plan_revise", "plan_approval", "run_start", "run_complete", "run_cancel", "run_error", "run_resume", "task_start", "task_complete", "task_fail", "reasoning_start", "reasoning_delta", "reasoning_end", "reasoning_snapshot", "content_start", "content_delta", "content_end", "content_snapshot", "tool_start", "tool_args", "tool_end", "tool_result", "tool_snapshot", "tool_timing", "tool_progress", "action_start", "action_args", "action_end", "action_param", "action_result", "action_snapshot", "source_snapshot", "heartbeat", "model_start", "model_end", "usage_update", "context_compress", "loop_detect", "permission_ask", "permission_answer", "question_ask", "question_answer", "model_fallback", "file_create", "file_update"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -1401,7 +1423,9 @@ class ToolStart(_message.Message):
     tool_name: _builtins.str
     """Name of the tool."""
     tool_type: _builtins.str
-    """Kind of tool: "backend", or the frontend view type ("html", "qlc", "dqlc")."""
+    """Kind of tool: "backend", the frontend view type ("html", "qlc", "dqlc"), or "client"
+    for a tool the query declared (`QueryRequest.tools`), answered by that client.
+    """
     tool_api: _builtins.str
     """The tool's API or view address, when it has one."""
     description: _builtins.str
@@ -1616,6 +1640,55 @@ class ToolTiming(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolTiming: _TypeAlias = ToolTiming  # noqa: Y015
+
+@_typing.final
+class ToolProgress(_message.Message):
+    """Payload of "tool.progress"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """Id of the call."""
+    message: _builtins.str
+    """What the tool says, e.g. a line of its output (without its line break); may be empty
+    when only the numbers moved.
+    """
+    progress: _builtins.float
+    """How far the tool got, in units of its own (set when the tool reports a number)."""
+    total: _builtins.float
+    """The progress at which the tool is done, when the tool knows it."""
+    stream: _builtins.str
+    """Where the message comes from: "stdout" or "stderr" for a command's output lines,
+    "progress" for a tool's progress report.
+    """
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        message: _builtins.str = ...,
+        progress: _builtins.float | None = ...,
+        total: _builtins.float | None = ...,
+        stream: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_progress", b"_progress", "_total", b"_total", "progress", b"progress", "total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_progress", b"_progress", "_total", b"_total", "message", b"message", "progress", b"progress", "stream", b"stream", "tool_id", b"tool_id", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__progress: _TypeAlias = _typing.Literal["progress"]  # noqa: Y015
+    _WhichOneofArgType__progress: _TypeAlias = _typing.Literal["_progress", b"_progress"]  # noqa: Y015
+    _WhichOneofReturnType__total: _TypeAlias = _typing.Literal["total"]  # noqa: Y015
+    _WhichOneofArgType__total: _TypeAlias = _typing.Literal["_total", b"_total"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__progress) -> _WhichOneofReturnType__progress | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__total) -> _WhichOneofReturnType__total | None: ...
+
+Global___ToolProgress: _TypeAlias = ToolProgress  # noqa: Y015
 
 @_typing.final
 class ActionStart(_message.Message):
@@ -2315,3 +2388,71 @@ class QuestionAnswer(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QuestionAnswer: _TypeAlias = QuestionAnswer  # noqa: Y015
+
+@_typing.final
+class FileCreate(_message.Message):
+    """Payload of "file.create"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """The tool call that wrote the file."""
+    path: _builtins.str
+    """The file's path in the chat's workspace, "/"-separated, e.g. "out/report.csv"."""
+    size_bytes: _builtins.int
+    """Its size in bytes."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "path", b"path", "size_bytes", b"size_bytes", "tool_id", b"tool_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileCreate: _TypeAlias = FileCreate  # noqa: Y015
+
+@_typing.final
+class FileUpdate(_message.Message):
+    """Payload of "file.update"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    tool_id: _builtins.str
+    """The tool call that changed the file."""
+    path: _builtins.str
+    """The file's path in the chat's workspace, "/"-separated."""
+    size_bytes: _builtins.int
+    """Its size in bytes now."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    def __init__(
+        self,
+        *,
+        tool_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "path", b"path", "size_bytes", b"size_bytes", "tool_id", b"tool_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileUpdate: _TypeAlias = FileUpdate  # noqa: Y015

@@ -58,6 +58,72 @@ DEBUG_LEVEL_FULL: DebugLevel.ValueType  # 4
 """Also untruncated model input and output."""
 Global___DebugLevel: _TypeAlias = DebugLevel  # noqa: Y015
 
+class _WebhookFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WebhookFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WebhookFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WEBHOOK_FORMAT_UNSPECIFIED: _WebhookFormat.ValueType  # 0
+    """WEBHOOK_FORMAT_AGW."""
+    WEBHOOK_FORMAT_AGW: _WebhookFormat.ValueType  # 1
+    """When the run ends: `{"id", "type", "runId", "chatId", "agentKey", "state", "event",
+    "timestamp"}`, `event` being the terminal event as the SSE API sends it. A client's
+    webhook of this form must be signed: it needs a secret, or the service's.
+    """
+    WEBHOOK_FORMAT_A2A: _WebhookFormat.ValueType  # 2
+    """At each change of the run's A2A task state (working, input-required, then completed,
+    failed or canceled): an A2A 1.0 `StreamResponse` with the task's `statusUpdate`.
+    """
+    WEBHOOK_FORMAT_A2A_V03: _WebhookFormat.ValueType  # 3
+    """The same, as A2A 0.3 push notifications: the `Task` object."""
+
+class WebhookFormat(_WebhookFormat, metaclass=_WebhookFormatEnumTypeWrapper):
+    """The form and occasions of a webhook's notifications."""
+
+WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat.ValueType  # 0
+"""WEBHOOK_FORMAT_AGW."""
+WEBHOOK_FORMAT_AGW: WebhookFormat.ValueType  # 1
+"""When the run ends: `{"id", "type", "runId", "chatId", "agentKey", "state", "event",
+"timestamp"}`, `event` being the terminal event as the SSE API sends it. A client's
+webhook of this form must be signed: it needs a secret, or the service's.
+"""
+WEBHOOK_FORMAT_A2A: WebhookFormat.ValueType  # 2
+"""At each change of the run's A2A task state (working, input-required, then completed,
+failed or canceled): an A2A 1.0 `StreamResponse` with the task's `statusUpdate`.
+"""
+WEBHOOK_FORMAT_A2A_V03: WebhookFormat.ValueType  # 3
+"""The same, as A2A 0.3 push notifications: the `Task` object."""
+Global___WebhookFormat: _TypeAlias = WebhookFormat  # noqa: Y015
+
+class _RunStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RUN_STATUS_UNSPECIFIED: _RunStatus.ValueType  # 0
+    """Not set."""
+    RUN_STATUS_RUNNING: _RunStatus.ValueType  # 1
+    """It works (model calls, tools)."""
+    RUN_STATUS_WAITING: _RunStatus.ValueType  # 2
+    """It waits for the user: `waits` says for what (answer with Submit)."""
+    RUN_STATUS_ENDED: _RunStatus.ValueType  # 3
+    """It has ended: `terminal` says how."""
+
+class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
+    """Where a run is, as Wait finds it."""
+
+RUN_STATUS_UNSPECIFIED: RunStatus.ValueType  # 0
+"""Not set."""
+RUN_STATUS_RUNNING: RunStatus.ValueType  # 1
+"""It works (model calls, tools)."""
+RUN_STATUS_WAITING: RunStatus.ValueType  # 2
+"""It waits for the user: `waits` says for what (answer with Submit)."""
+RUN_STATUS_ENDED: RunStatus.ValueType  # 3
+"""It has ended: `terminal` says how."""
+Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
+
 class _MultitaskStrategy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -232,6 +298,9 @@ class QueryRequest(_message.Message):
     DEBUG_LEVEL_FIELD_NUMBER: _builtins.int
     MULTITASK_STRATEGY_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    OVERRIDES_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    WEBHOOKS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The client's id for the request; generated when empty."""
     chat_id: _builtins.str
@@ -265,6 +334,28 @@ class QueryRequest(_message.Message):
     def scene(self) -> _struct_pb2.Struct:
         """Free-form description of where the user is."""
 
+    @_builtins.property
+    def overrides(self) -> Global___RunOverrides:
+        """Settings of the agent replaced for this run only (its model, sampling, budgets). The
+        agent file must list each one set here in its `overrides`; anything else is
+        INVALID_ARGUMENT, with a message naming what and why.
+        """
+
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientTool]:
+        """Tools the client declares for this run (as AG-UI clients do): offered to the model
+        as frontend tools beside the agent's own, in the stages that run tools; a call waits
+        for the client's answer through Submit, like a frontend tool of a tool file. The agent
+        must allow it (`clientTools` in its file); a tool is validated like a tool file's entry,
+        and a name the agent already uses is INVALID_ARGUMENT.
+        """
+
+    @_builtins.property
+    def webhooks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Webhook]:
+        """Webhooks told what becomes of the run (see `Webhook`): registered before the run
+        starts, so none of its notifications is missed.
+        """
+
     def __init__(
         self,
         *,
@@ -280,16 +371,508 @@ class QueryRequest(_message.Message):
         debug_level: Global___DebugLevel.ValueType = ...,
         multitask_strategy: Global___MultitaskStrategy.ValueType = ...,
         mode: Global___AgentMode.ValueType = ...,
+        overrides: Global___RunOverrides | None = ...,
+        tools: _abc.Iterable[Global___ClientTool] | None = ...,
+        webhooks: _abc.Iterable[Global___Webhook] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "overrides", b"overrides", "params", b"params", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_stream", b"_stream", "agent_key", b"agent_key", "chat_id", b"chat_id", "debug_level", b"debug_level", "message", b"message", "mode", b"mode", "multitask_strategy", b"multitask_strategy", "overrides", b"overrides", "params", b"params", "references", b"references", "request_id", b"request_id", "role", b"role", "scene", b"scene", "stream", b"stream", "tools", b"tools", "webhooks", b"webhooks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__stream: _TypeAlias = _typing.Literal["stream"]  # noqa: Y015
     _WhichOneofArgType__stream: _TypeAlias = _typing.Literal["_stream", b"_stream"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__stream) -> _WhichOneofReturnType__stream | None: ...
 
 Global___QueryRequest: _TypeAlias = QueryRequest  # noqa: Y015
+
+@_typing.final
+class Webhook(_message.Message):
+    """Where a run's notifications go, and in what form.
+
+    A notification is a POST of JSON, retried with exponential back-off until the receiver
+    answers 2xx (or the attempts run out), and kept durably until then: the service may
+    restart meanwhile. It may arrive more than once: its `Webhook-Id` header (the same on
+    every attempt) tells the copies apart.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    AUTHORIZATION_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """The URL to POST to (http or https). A URL given by a client (a query, CreateRunWebhook,
+    an A2A push configuration) must be on a host the setting `webhook_allowed_hosts` lists.
+    """
+    secret: _builtins.str
+    """The key that signs the notifications (HMAC-SHA256, headers `Webhook-Timestamp` and
+    `Webhook-Signature`); empty: the service's `webhook_secret`. Never returned.
+    """
+    format: Global___WebhookFormat.ValueType
+    """What is sent, and when."""
+    token: _builtins.str
+    """Sent back as the header `X-A2A-Notification-Token` (A2A push notifications)."""
+    authorization: _builtins.str
+    """Sent as the `Authorization` header, e.g. "Bearer abc". Never returned."""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        secret: _builtins.str = ...,
+        format: Global___WebhookFormat.ValueType = ...,
+        token: _builtins.str = ...,
+        authorization: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authorization", b"authorization", "format", b"format", "secret", b"secret", "token", b"token", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Webhook: _TypeAlias = Webhook  # noqa: Y015
+
+@_typing.final
+class RunWebhook(_message.Message):
+    """A webhook of a run, as the service keeps it (its secret and authorization not shown)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEBHOOK_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    AUTHORIZED_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    webhook_id: _builtins.str
+    """Its id within the run."""
+    run_id: _builtins.str
+    """The run it belongs to."""
+    url: _builtins.str
+    """The URL notified."""
+    format: Global___WebhookFormat.ValueType
+    """The form of its notifications."""
+    token: _builtins.str
+    """The token sent back with each notification, if any."""
+    authorized: _builtins.bool
+    """Whether the notifications carry an `Authorization` header."""
+    created_at: _builtins.int
+    """When it was added, ms since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        webhook_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        format: Global___WebhookFormat.ValueType = ...,
+        token: _builtins.str = ...,
+        authorized: _builtins.bool = ...,
+        created_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authorized", b"authorized", "created_at", b"created_at", "format", b"format", "run_id", b"run_id", "token", b"token", "url", b"url", "webhook_id", b"webhook_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunWebhook: _TypeAlias = RunWebhook  # noqa: Y015
+
+@_typing.final
+class StartRequest(_message.Message):
+    """Request of Start."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def query(self) -> Global___QueryRequest:
+        """The query to run (over HTTP: the request body)."""
+
+    def __init__(
+        self,
+        *,
+        query: Global___QueryRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartRequest: _TypeAlias = StartRequest  # noqa: Y015
+
+@_typing.final
+class StartResponse(_message.Message):
+    """Response of Start."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run started (Attach, Wait, Submit, Cancel take it)."""
+    chat_id: _builtins.str
+    """Its chat (a new one when the query named none)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        chat_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartResponse: _TypeAlias = StartResponse  # noqa: Y015
+
+@_typing.final
+class WaitRequest(_message.Message):
+    """Request of Wait."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run to wait for (required)."""
+    timeout_ms: _builtins.int
+    """How long to wait at most, in milliseconds: 0 answers at once; at most 600000."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitRequest: _TypeAlias = WaitRequest  # noqa: Y015
+
+@_typing.final
+class WaitResponse(_message.Message):
+    """Response of Wait."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    TERMINAL_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    WAITS_FIELD_NUMBER: _builtins.int
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    status: Global___RunStatus.ValueType
+    """Where the run is."""
+    last_seq: _builtins.int
+    """Seq of its last event so far."""
+    chat_id: _builtins.str
+    """The run's chat."""
+    @_builtins.property
+    def terminal(self) -> _events_pb2.Event:
+        """Its terminal event (`run.complete`, `run.error` or `run.cancel`), once it has ended."""
+
+    @_builtins.property
+    def waits(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingWait]:
+        """What it waits for right now, while it runs (answer with Submit)."""
+
+    def __init__(
+        self,
+        *,
+        status: Global___RunStatus.ValueType = ...,
+        terminal: _events_pb2.Event | None = ...,
+        last_seq: _builtins.int = ...,
+        waits: _abc.Iterable[Global___PendingWait] | None = ...,
+        chat_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["terminal", b"terminal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "last_seq", b"last_seq", "status", b"status", "terminal", b"terminal", "waits", b"waits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitResponse: _TypeAlias = WaitResponse  # noqa: Y015
+
+@_typing.final
+class CreateRunWebhookRequest(_message.Message):
+    """Request of CreateRunWebhook."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_FIELD_NUMBER: _builtins.int
+    WEBHOOK_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run (required)."""
+    webhook_id: _builtins.str
+    """Its id within the run; generated when empty. Adding one under an id the run has
+    replaces it.
+    """
+    @_builtins.property
+    def webhook(self) -> Global___Webhook:
+        """The webhook to add."""
+
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        webhook: Global___Webhook | None = ...,
+        webhook_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["webhook", b"webhook"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "webhook", b"webhook", "webhook_id", b"webhook_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateRunWebhookRequest: _TypeAlias = CreateRunWebhookRequest  # noqa: Y015
+
+@_typing.final
+class ListRunWebhooksRequest(_message.Message):
+    """Request of ListRunWebhooks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run (required)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunWebhooksRequest: _TypeAlias = ListRunWebhooksRequest  # noqa: Y015
+
+@_typing.final
+class ListRunWebhooksResponse(_message.Message):
+    """Response of ListRunWebhooks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEBHOOKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def webhooks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunWebhook]:
+        """The run's webhooks, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        webhooks: _abc.Iterable[Global___RunWebhook] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["webhooks", b"webhooks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunWebhooksResponse: _TypeAlias = ListRunWebhooksResponse  # noqa: Y015
+
+@_typing.final
+class GetRunWebhookRequest(_message.Message):
+    """Request of GetRunWebhook."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run (required)."""
+    webhook_id: _builtins.str
+    """The webhook (required)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        webhook_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "webhook_id", b"webhook_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRunWebhookRequest: _TypeAlias = GetRunWebhookRequest  # noqa: Y015
+
+@_typing.final
+class DeleteRunWebhookRequest(_message.Message):
+    """Request of DeleteRunWebhook."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WEBHOOK_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run (required)."""
+    webhook_id: _builtins.str
+    """The webhook (required)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        webhook_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "webhook_id", b"webhook_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRunWebhookRequest: _TypeAlias = DeleteRunWebhookRequest  # noqa: Y015
+
+@_typing.final
+class DeleteRunWebhookResponse(_message.Message):
+    """Response of DeleteRunWebhook."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRunWebhookResponse: _TypeAlias = DeleteRunWebhookResponse  # noqa: Y015
+
+@_typing.final
+class ClientTool(_message.Message):
+    """A tool declared by the client for one run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name: 1 to 64 of letters, digits, `_` and `-`; unique among the run's tools."""
+    description: _builtins.str
+    """What it does, for the model (required)."""
+    @_builtins.property
+    def parameters(self) -> _struct_pb2.Struct:
+        """The JSON Schema of its arguments, an object schema; none when unset."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        parameters: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters", b"parameters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientTool: _TypeAlias = ClientTool  # noqa: Y015
+
+@_typing.final
+class RunOverrides(_message.Message):
+    """Settings a query may change for its run, each where the agent file's `overrides`
+    names it (the name in parentheses). Unset fields keep the agent's values; the model
+    settings apply to every stage of the agent.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PROVIDER_KEY_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_FIELD_NUMBER: _builtins.int
+    TOP_P_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_ENABLED_FIELD_NUMBER: _builtins.int
+    REASONING_EFFORT_FIELD_NUMBER: _builtins.int
+    MAX_MODEL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_STEPS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model to call ("model"), e.g. "gpt-4o-mini"."""
+    provider_key: _builtins.str
+    """The provider to call ("providerKey"), a configured provider key."""
+    temperature: _builtins.float
+    """Sampling temperature, 0 to 2 ("temperature")."""
+    top_p: _builtins.float
+    """Nucleus sampling, above 0 and at most 1 ("top_p")."""
+    max_tokens: _builtins.int
+    """The most tokens one model call may generate ("max_tokens")."""
+    reasoning_enabled: _builtins.bool
+    """Whether the model reasons before answering ("reasoning.enabled")."""
+    reasoning_effort: _builtins.str
+    """How hard the model reasons: "LOW", "MEDIUM" or "HIGH" ("reasoning.effort")."""
+    max_model_calls: _builtins.int
+    """Model calls the run may make ("budget.maxModelCalls")."""
+    max_tool_calls: _builtins.int
+    """Tool calls the run may make ("budget.maxToolCalls")."""
+    max_steps: _builtins.int
+    """Rounds with tool calls the run may make ("budget.maxSteps")."""
+    timeout_ms: _builtins.int
+    """How long the run may take, in milliseconds ("budget.timeoutMs")."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        provider_key: _builtins.str = ...,
+        temperature: _builtins.float | None = ...,
+        top_p: _builtins.float | None = ...,
+        max_tokens: _builtins.int | None = ...,
+        reasoning_enabled: _builtins.bool | None = ...,
+        reasoning_effort: _builtins.str = ...,
+        max_model_calls: _builtins.int | None = ...,
+        max_tool_calls: _builtins.int | None = ...,
+        max_steps: _builtins.int | None = ...,
+        timeout_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_steps", b"_max_steps", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "_reasoning_enabled", b"_reasoning_enabled", "_temperature", b"_temperature", "_timeout_ms", b"_timeout_ms", "_top_p", b"_top_p", "max_model_calls", b"max_model_calls", "max_steps", b"max_steps", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "reasoning_enabled", b"reasoning_enabled", "temperature", b"temperature", "timeout_ms", b"timeout_ms", "top_p", b"top_p"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_steps", b"_max_steps", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "_reasoning_enabled", b"_reasoning_enabled", "_temperature", b"_temperature", "_timeout_ms", b"_timeout_ms", "_top_p", b"_top_p", "max_model_calls", b"max_model_calls", "max_steps", b"max_steps", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "model", b"model", "provider_key", b"provider_key", "reasoning_effort", b"reasoning_effort", "reasoning_enabled", b"reasoning_enabled", "temperature", b"temperature", "timeout_ms", b"timeout_ms", "top_p", b"top_p"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_model_calls: _TypeAlias = _typing.Literal["max_model_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_model_calls: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls"]  # noqa: Y015
+    _WhichOneofReturnType__max_steps: _TypeAlias = _typing.Literal["max_steps"]  # noqa: Y015
+    _WhichOneofArgType__max_steps: _TypeAlias = _typing.Literal["_max_steps", b"_max_steps"]  # noqa: Y015
+    _WhichOneofReturnType__max_tokens: _TypeAlias = _typing.Literal["max_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_tokens: _TypeAlias = _typing.Literal["_max_tokens", b"_max_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__max_tool_calls: _TypeAlias = _typing.Literal["max_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_tool_calls: _TypeAlias = _typing.Literal["_max_tool_calls", b"_max_tool_calls"]  # noqa: Y015
+    _WhichOneofReturnType__reasoning_enabled: _TypeAlias = _typing.Literal["reasoning_enabled"]  # noqa: Y015
+    _WhichOneofArgType__reasoning_enabled: _TypeAlias = _typing.Literal["_reasoning_enabled", b"_reasoning_enabled"]  # noqa: Y015
+    _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
+    _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    _WhichOneofReturnType__top_p: _TypeAlias = _typing.Literal["top_p"]  # noqa: Y015
+    _WhichOneofArgType__top_p: _TypeAlias = _typing.Literal["_top_p", b"_top_p"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_model_calls) -> _WhichOneofReturnType__max_model_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_steps) -> _WhichOneofReturnType__max_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tokens) -> _WhichOneofReturnType__max_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tool_calls) -> _WhichOneofReturnType__max_tool_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reasoning_enabled) -> _WhichOneofReturnType__reasoning_enabled | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__top_p) -> _WhichOneofReturnType__top_p | None: ...
+
+Global___RunOverrides: _TypeAlias = RunOverrides  # noqa: Y015
 
 @_typing.final
 class AttachRequest(_message.Message):
@@ -1594,3 +2177,109 @@ class Deployment(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Deployment: _TypeAlias = Deployment  # noqa: Y015
+
+@_typing.final
+class ListFilesRequest(_message.Message):
+    """Request of ListFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat whose workspace to list (required)."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesRequest: _TypeAlias = ListFilesRequest  # noqa: Y015
+
+@_typing.final
+class WorkspaceFile(_message.Message):
+    """A file of a chat's workspace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    MODIFIED_AT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Its path in the workspace, "/"-separated, e.g. "out/report.csv"."""
+    size_bytes: _builtins.int
+    """Its size in bytes."""
+    mime_type: _builtins.str
+    """Its MIME type, guessed from its name ("application/octet-stream" when unknown)."""
+    modified_at: _builtins.int
+    """When it last changed, ms since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        mime_type: _builtins.str = ...,
+        modified_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mime_type", b"mime_type", "modified_at", b"modified_at", "path", b"path", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceFile: _TypeAlias = WorkspaceFile  # noqa: Y015
+
+@_typing.final
+class ListFilesResponse(_message.Message):
+    """Response of ListFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceFile]:
+        """The workspace's regular files, by path (none when the chat's tools wrote none)."""
+
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___WorkspaceFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesResponse: _TypeAlias = ListFilesResponse  # noqa: Y015
+
+@_typing.final
+class DownloadFileRequest(_message.Message):
+    """Request of DownloadFile."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat whose workspace holds the file (required)."""
+    path: _builtins.str
+    """The file's path in the workspace, as ListFiles gives it (required)."""
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_id", b"chat_id", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DownloadFileRequest: _TypeAlias = DownloadFileRequest  # noqa: Y015

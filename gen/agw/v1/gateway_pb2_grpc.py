@@ -5,6 +5,7 @@ import warnings
 
 from agw.v1 import events_pb2 as agw_dot_v1_dot_events__pb2
 from agw.v1 import gateway_pb2 as agw_dot_v1_dot_gateway__pb2
+from google.api import httpbody_pb2 as google_dot_api_dot_httpbody__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -40,6 +41,36 @@ class AgentGatewayStub:
                 '/agw.v1.AgentGateway/Query',
                 request_serializer=agw_dot_v1_dot_gateway__pb2.QueryRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_events__pb2.Event.FromString,
+                _registered_method=True)
+        self.Start = channel.unary_unary(
+                '/agw.v1.AgentGateway/Start',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.StartRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.StartResponse.FromString,
+                _registered_method=True)
+        self.Wait = channel.unary_unary(
+                '/agw.v1.AgentGateway/Wait',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.WaitRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.WaitResponse.FromString,
+                _registered_method=True)
+        self.CreateRunWebhook = channel.unary_unary(
+                '/agw.v1.AgentGateway/CreateRunWebhook',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.CreateRunWebhookRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.RunWebhook.FromString,
+                _registered_method=True)
+        self.ListRunWebhooks = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListRunWebhooks',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListRunWebhooksRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListRunWebhooksResponse.FromString,
+                _registered_method=True)
+        self.GetRunWebhook = channel.unary_unary(
+                '/agw.v1.AgentGateway/GetRunWebhook',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.GetRunWebhookRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.RunWebhook.FromString,
+                _registered_method=True)
+        self.DeleteRunWebhook = channel.unary_unary(
+                '/agw.v1.AgentGateway/DeleteRunWebhook',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookResponse.FromString,
                 _registered_method=True)
         self.Attach = channel.unary_stream(
                 '/agw.v1.AgentGateway/Attach',
@@ -121,6 +152,16 @@ class AgentGatewayStub:
                 request_serializer=agw_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=agw_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/agw.v1.AgentGateway/ListFiles',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=agw_dot_v1_dot_gateway__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
+        self.DownloadFile = channel.unary_stream(
+                '/agw.v1.AgentGateway/DownloadFile',
+                request_serializer=agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.SerializeToString,
+                response_deserializer=google_dot_api_dot_httpbody__pb2.HttpBody.FromString,
+                _registered_method=True)
 
 
 class AgentGatewayServicer:
@@ -132,6 +173,52 @@ class AgentGatewayServicer:
         terminal event. Errors before the run exists are gRPC statuses
         (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
         was sent, failures arrive as `run.error`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Start(self, request, context):
+        """Starts a run like Query, in the background: answers at once with the run's id (and
+        its chat's) instead of streaming its events. The run is not cancelled for want of a
+        follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Wait(self, request, context):
+        """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+        running, or waiting for the user and for what.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateRunWebhook(self, request, context):
+        """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRunWebhooks(self, request, context):
+        """Lists a run's webhooks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRunWebhook(self, request, context):
+        """Returns one of a run's webhooks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRunWebhook(self, request, context):
+        """Removes one of a run's webhooks: it is notified no more (notifications already queued
+        for it are still delivered).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -262,6 +349,21 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFiles(self, request, context):
+        """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadFile(self, request, context):
+        """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+        content type. Over HTTP the response is the file itself, with that content type.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentGatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -269,6 +371,36 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.Query,
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.QueryRequest.FromString,
                     response_serializer=agw_dot_v1_dot_events__pb2.Event.SerializeToString,
+            ),
+            'Start': grpc.unary_unary_rpc_method_handler(
+                    servicer.Start,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.StartRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.StartResponse.SerializeToString,
+            ),
+            'Wait': grpc.unary_unary_rpc_method_handler(
+                    servicer.Wait,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.WaitRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.WaitResponse.SerializeToString,
+            ),
+            'CreateRunWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateRunWebhook,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.CreateRunWebhookRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.RunWebhook.SerializeToString,
+            ),
+            'ListRunWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunWebhooks,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListRunWebhooksRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListRunWebhooksResponse.SerializeToString,
+            ),
+            'GetRunWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunWebhook,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.GetRunWebhookRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.RunWebhook.SerializeToString,
+            ),
+            'DeleteRunWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRunWebhook,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookResponse.SerializeToString,
             ),
             'Attach': grpc.unary_stream_rpc_method_handler(
                     servicer.Attach,
@@ -350,6 +482,16 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     request_deserializer=agw_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
                     response_serializer=agw_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
             ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.ListFilesRequest.FromString,
+                    response_serializer=agw_dot_v1_dot_gateway__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'DownloadFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadFile,
+                    request_deserializer=agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.FromString,
+                    response_serializer=google_dot_api_dot_httpbody__pb2.HttpBody.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agw.v1.AgentGateway', rpc_method_handlers)
@@ -379,6 +521,168 @@ class AgentGateway:
             '/agw.v1.AgentGateway/Query',
             agw_dot_v1_dot_gateway__pb2.QueryRequest.SerializeToString,
             agw_dot_v1_dot_events__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Start(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/Start',
+            agw_dot_v1_dot_gateway__pb2.StartRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.StartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Wait(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/Wait',
+            agw_dot_v1_dot_gateway__pb2.WaitRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.WaitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateRunWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/CreateRunWebhook',
+            agw_dot_v1_dot_gateway__pb2.CreateRunWebhookRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.RunWebhook.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListRunWebhooks',
+            agw_dot_v1_dot_gateway__pb2.ListRunWebhooksRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListRunWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/GetRunWebhook',
+            agw_dot_v1_dot_gateway__pb2.GetRunWebhookRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.RunWebhook.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRunWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/DeleteRunWebhook',
+            agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.DeleteRunWebhookResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -811,6 +1115,60 @@ class AgentGateway:
             '/agw.v1.AgentGateway/ListModels',
             agw_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
             agw_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agw.v1.AgentGateway/ListFiles',
+            agw_dot_v1_dot_gateway__pb2.ListFilesRequest.SerializeToString,
+            agw_dot_v1_dot_gateway__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agw.v1.AgentGateway/DownloadFile',
+            agw_dot_v1_dot_gateway__pb2.DownloadFileRequest.SerializeToString,
+            google_dot_api_dot_httpbody__pb2.HttpBody.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ Events; unary ones answer `{"code": 0, "msg": "success", "data": {...}}`.
 from agw.v1 import events_pb2 as _events_pb2
 from agw.v1 import gateway_pb2 as _gateway_pb2
 from collections import abc as _abc
+from google.api import httpbody_pb2 as _httpbody_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -44,6 +45,25 @@ class AgentGatewayStub:
     terminal event. Errors before the run exists are gRPC statuses
     (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
     was sent, failures arrive as `run.error`.
+    """
+    Start: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.StartRequest, _gateway_pb2.StartResponse]
+    """Starts a run like Query, in the background: answers at once with the run's id (and
+    its chat's) instead of streaming its events. The run is not cancelled for want of a
+    follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+    """
+    Wait: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.WaitRequest, _gateway_pb2.WaitResponse]
+    """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+    running, or waiting for the user and for what.
+    """
+    CreateRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CreateRunWebhookRequest, _gateway_pb2.RunWebhook]
+    """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+    ListRunWebhooks: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListRunWebhooksRequest, _gateway_pb2.ListRunWebhooksResponse]
+    """Lists a run's webhooks."""
+    GetRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetRunWebhookRequest, _gateway_pb2.RunWebhook]
+    """Returns one of a run's webhooks."""
+    DeleteRunWebhook: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeleteRunWebhookRequest, _gateway_pb2.DeleteRunWebhookResponse]
+    """Removes one of a run's webhooks: it is notified no more (notifications already queued
+    for it are still delivered).
     """
     Attach: _grpc.UnaryStreamMultiCallable[_gateway_pb2.AttachRequest, _events_pb2.Event]
     """Re-joins a run's stream: replays the events after `after_seq`, then
@@ -99,6 +119,12 @@ class AgentGatewayStub:
     """Lists the configured providers and model aliases, with the state of each
     alias's deployments (healthy, cooling down and why, at its rate limit).
     """
+    ListFiles: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListFilesRequest, _gateway_pb2.ListFilesResponse]
+    """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+    DownloadFile: _grpc.UnaryStreamMultiCallable[_gateway_pb2.DownloadFileRequest, _httpbody_pb2.HttpBody]
+    """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+    content type. Over HTTP the response is the file itself, with that content type.
+    """
 
 @_typing.type_check_only
 class AgentGatewayAsyncStub(AgentGatewayStub):
@@ -110,6 +136,25 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     terminal event. Errors before the run exists are gRPC statuses
     (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
     was sent, failures arrive as `run.error`.
+    """
+    Start: _aio.UnaryUnaryMultiCallable[_gateway_pb2.StartRequest, _gateway_pb2.StartResponse]  # type: ignore[assignment]
+    """Starts a run like Query, in the background: answers at once with the run's id (and
+    its chat's) instead of streaming its events. The run is not cancelled for want of a
+    follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+    """
+    Wait: _aio.UnaryUnaryMultiCallable[_gateway_pb2.WaitRequest, _gateway_pb2.WaitResponse]  # type: ignore[assignment]
+    """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+    running, or waiting for the user and for what.
+    """
+    CreateRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CreateRunWebhookRequest, _gateway_pb2.RunWebhook]  # type: ignore[assignment]
+    """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+    ListRunWebhooks: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListRunWebhooksRequest, _gateway_pb2.ListRunWebhooksResponse]  # type: ignore[assignment]
+    """Lists a run's webhooks."""
+    GetRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetRunWebhookRequest, _gateway_pb2.RunWebhook]  # type: ignore[assignment]
+    """Returns one of a run's webhooks."""
+    DeleteRunWebhook: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeleteRunWebhookRequest, _gateway_pb2.DeleteRunWebhookResponse]  # type: ignore[assignment]
+    """Removes one of a run's webhooks: it is notified no more (notifications already queued
+    for it are still delivered).
     """
     Attach: _aio.UnaryStreamMultiCallable[_gateway_pb2.AttachRequest, _events_pb2.Event]  # type: ignore[assignment]
     """Re-joins a run's stream: replays the events after `after_seq`, then
@@ -165,6 +210,12 @@ class AgentGatewayAsyncStub(AgentGatewayStub):
     """Lists the configured providers and model aliases, with the state of each
     alias's deployments (healthy, cooling down and why, at its rate limit).
     """
+    ListFiles: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListFilesRequest, _gateway_pb2.ListFilesResponse]  # type: ignore[assignment]
+    """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+    DownloadFile: _aio.UnaryStreamMultiCallable[_gateway_pb2.DownloadFileRequest, _httpbody_pb2.HttpBody]  # type: ignore[assignment]
+    """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+    content type. Over HTTP the response is the file itself, with that content type.
+    """
 
 class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
     """The agent gateway."""
@@ -179,6 +230,61 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
         terminal event. Errors before the run exists are gRPC statuses
         (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...); once `run.start`
         was sent, failures arrive as `run.error`.
+        """
+
+    @_abc_1.abstractmethod
+    def Start(
+        self,
+        request: _gateway_pb2.StartRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.StartResponse, _abc.Awaitable[_gateway_pb2.StartResponse]]:
+        """Starts a run like Query, in the background: answers at once with the run's id (and
+        its chat's) instead of streaming its events. The run is not cancelled for want of a
+        follower; follow it with Attach, wait for its end with Wait, or be told by webhook.
+        """
+
+    @_abc_1.abstractmethod
+    def Wait(
+        self,
+        request: _gateway_pb2.WaitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.WaitResponse, _abc.Awaitable[_gateway_pb2.WaitResponse]]:
+        """Waits for a run to end, at most `timeout_ms`: its terminal event, or that it is still
+        running, or waiting for the user and for what.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateRunWebhook(
+        self,
+        request: _gateway_pb2.CreateRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RunWebhook, _abc.Awaitable[_gateway_pb2.RunWebhook]]:
+        """Adds a webhook to a run: it is notified as the run goes on (see `Webhook`)."""
+
+    @_abc_1.abstractmethod
+    def ListRunWebhooks(
+        self,
+        request: _gateway_pb2.ListRunWebhooksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListRunWebhooksResponse, _abc.Awaitable[_gateway_pb2.ListRunWebhooksResponse]]:
+        """Lists a run's webhooks."""
+
+    @_abc_1.abstractmethod
+    def GetRunWebhook(
+        self,
+        request: _gateway_pb2.GetRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RunWebhook, _abc.Awaitable[_gateway_pb2.RunWebhook]]:
+        """Returns one of a run's webhooks."""
+
+    @_abc_1.abstractmethod
+    def DeleteRunWebhook(
+        self,
+        request: _gateway_pb2.DeleteRunWebhookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteRunWebhookResponse, _abc.Awaitable[_gateway_pb2.DeleteRunWebhookResponse]]:
+        """Removes one of a run's webhooks: it is notified no more (notifications already queued
+        for it are still delivered).
         """
 
     @_abc_1.abstractmethod
@@ -329,6 +435,24 @@ class AgentGatewayServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.ListModelsResponse, _abc.Awaitable[_gateway_pb2.ListModelsResponse]]:
         """Lists the configured providers and model aliases, with the state of each
         alias's deployments (healthy, cooling down and why, at its rate limit).
+        """
+
+    @_abc_1.abstractmethod
+    def ListFiles(
+        self,
+        request: _gateway_pb2.ListFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListFilesResponse, _abc.Awaitable[_gateway_pb2.ListFilesResponse]]:
+        """Lists the files the chat's tools wrote in its workspace (the `_bash_` tool's)."""
+
+    @_abc_1.abstractmethod
+    def DownloadFile(
+        self,
+        request: _gateway_pb2.DownloadFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_httpbody_pb2.HttpBody], _abc.AsyncIterator[_httpbody_pb2.HttpBody]]:
+        """Reads a file of the chat's workspace: its bytes in chunks, the first one with its
+        content type. Over HTTP the response is the file itself, with that content type.
         """
 
 def add_AgentGatewayServicer_to_server(servicer: AgentGatewayServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
+from service.core.agents.variables import prompt_issues
 from service.core.model import Effort
 from service.core.tools.names import PLANNING_TOOLS
 
@@ -31,6 +32,20 @@ Output = Literal["PLAIN", "REASONING_SUMMARY"]
 ToolPolicy = Literal["DISALLOW", "ALLOW", "REQUIRE"]
 Verify = Literal["NONE", "SECOND_PASS_FIX"]
 Permission = Literal["ALLOW", "ASK", "DENY"]
+#: What a query may change for its run (`QueryRequest.overrides`) when an agent allows it.
+Override = Literal[
+    "model",
+    "providerKey",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "reasoning.enabled",
+    "reasoning.effort",
+    "budget.maxModelCalls",
+    "budget.maxToolCalls",
+    "budget.maxSteps",
+    "budget.timeoutMs",
+]
 StageName = Literal["plain", "react", "plan", "execute", "replan", "verify", "summary"]
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -377,6 +392,32 @@ class AgentFile(_Strict):
             "`skill` tool loads one's full text."
         ),
     )
+    overrides: list[Override] = Field(
+        default_factory=list,
+        description=(
+            "What a query may change for its run (QueryRequest.overrides), named as in this "
+            'file: the model ("model", "providerKey"), its settings ("temperature", "top_p", '
+            '"max_tokens", "reasoning.enabled", "reasoning.effort") and budgets '
+            '("budget.maxModelCalls", …), in every stage. Anything else a query asks to '
+            "change is refused. Default: nothing."
+        ),
+    )
+    webhooks: list[Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]] = Field(
+        default_factory=list,
+        description=(
+            "URLs told of the end of every run of this agent (the agw form of webhook "
+            "notifications, signed with the service's webhook_secret)."
+        ),
+    )
+    client_tools: bool = Field(
+        False,
+        alias="clientTools",
+        description=(
+            "Whether a query may declare tools of its own (QueryRequest.tools, an AG-UI "
+            "client's tools): offered to the model as frontend tools, in the stages that run "
+            "tools (plain, react, execute), answered by the client. Default: no."
+        ),
+    )
     plain: PlainStage | None = None
     react: ReactStage | None = None
     plan_execute: PlanExecuteConfig | None = Field(None, alias="planExecute")
@@ -417,6 +458,12 @@ class AgentFile(_Strict):
         for stage, by in needed.items():
             if self.stage_config(stage) is None:
                 issues.append((STAGE_PATHS[stage], f"is required by {by} (with a systemPrompt)"))
+        for stage, path in STAGE_PATHS.items():
+            config = self.stage_config(stage)
+            for issue in prompt_issues(config.system_prompt) if config is not None else ():
+                issues.append((f"{path}.systemPrompt", issue))
+        if len(set(self.overrides)) != len(self.overrides):
+            issues.append(("overrides", "lists a setting twice"))
         _raise_issues(issues)
         return self
 

@@ -27,13 +27,17 @@ from service.core.run.binding import BoundModel, bind, bind_stages
 from service.core.run.eventlog import Emitter
 from service.core.run.executor import ToolExecutor
 from service.core.run.policies import NestedBudgets, RunPolicies
+from service.core.run.prompt import PromptValues, render
 from service.core.run.state import RunState
 from service.core.run.transcript import Message, PastRun, flatten
 from service.core.run.turn import Ids
 from service.core.run.waits import Waits
-from service.core.tools.definitions import ToolDefinition
+from service.core.tools.definitions import ToolDefinition, client_tools
 from service.core.tools.names import SKILL_TOOL
 from service.core.tools.registry import StageTools, ToolRegistry
+
+#: The stages that offer the tools a client declares: those whose tool calls run.
+CLIENT_TOOL_STAGES: frozenset[StageName] = frozenset({"plain", "react", "execute"})
 
 
 class RunStopped(Exception):
@@ -82,10 +86,18 @@ class RunQuery:
     # The messages a stage's conversation opens with before the user's: the memory's,
     # unless the run goes on from a conversation of its own (an escalation to a plan).
     history: list[Message] = field(default_factory=list)
+    # The tools the client declared for the run (frontend tools it answers itself).
+    client_tools: tuple[ToolDefinition, ...] = ()
 
     @classmethod
     def of(cls, command: QueryCommand, memory: list[PastRun], user_message: Message) -> RunQuery:
-        return cls(command, memory, user_message, flatten(memory))
+        tools = client_tools(command.tools) if command.tools else ()
+        return cls(command, memory, user_message, flatten(memory), tools)
+
+    @property
+    def prompt_values(self) -> PromptValues:
+        """What the system prompts' variables are filled in with."""
+        return PromptValues.of(self.command)
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -120,9 +132,16 @@ class RunContext:
     def nested(self, agent: AgentDefinition, task: str, tool_id: str) -> RunContext:
         """The context of `agent`'s nested run on `task`, called by this one with `tool_id`:
         a fresh conversation, its own ids and policies, its budgets counting in these."""
+        caller = self.command
         query = RunQuery(
             QueryCommand(
-                agent.key, task, chat_id=self.run.chat_id, principal=self.command.principal
+                agent.key,
+                task,
+                chat_id=self.run.chat_id,
+                principal=caller.principal,
+                params=caller.params,  # the request the caller serves: its prompts' values
+                scene=caller.scene,
+                started_at_ms=caller.started_at_ms,
             ),
             user_message={"role": "user", "content": task},
         )
@@ -143,16 +162,22 @@ class RunContext:
         return steps.replay.floors if steps is not None and steps.replay is not None else {}
 
     def stage_tools(self, stage: ResolvedStage) -> StageTools:
-        """The tools `stage` offers: its configured tools, then its subagents."""
+        """The tools `stage` offers: its configured tools, its subagents, then the tools the
+        client declared (in the stages that run tools)."""
         tools = self.services.tools.for_stage(stage, self.agent.tool_policy)
-        subagents = self.services.subagents
-        if subagents is None or not stage.tools.agents or self.agent.tool_policy == "DISALLOW":
+        if self.agent.tool_policy == "DISALLOW":
             return tools
-        return tools.extended(subagents.offer(self, stage.tools.agents))
+        extra: tuple[ToolDefinition, ...] = ()
+        subagents = self.services.subagents
+        if subagents is not None and stage.tools.agents:
+            extra += subagents.offer(self, stage.tools.agents)
+        if stage.name in CLIENT_TOOL_STAGES:
+            extra += self.query.client_tools
+        return tools.extended(extra) if extra else tools
 
     def system_prompt(self, stage: ResolvedStage, tools: StageTools) -> str:
         """The system prompt of `stage` offering `tools`: hints, and the skills it may load."""
-        text = tools.system_prompt(stage.system_prompt)
+        text = tools.system_prompt(render(stage.system_prompt, self.query.prompt_values))
         skills = self.services.skills
         if skills is not None and SKILL_TOOL in tools.by_name:
             text += skills.prompt_section(self.agent)

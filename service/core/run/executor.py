@@ -44,6 +44,7 @@ from service.core.run import observation, permissions, questions
 from service.core.run.eventlog import Emitter
 from service.core.run.journal import INTERRUPTED
 from service.core.run.observation import observe_tool
+from service.core.run.progress import FileNotices, Progress
 from service.core.run.results import ToolCall
 from service.core.run.state import RunState
 from service.core.run.waits import Waits, WaitTimedOut
@@ -330,6 +331,8 @@ class ToolExecutor:
             self.out.task_id,
             ask=functools.partial(questions.ask, self.out, self.waits),
             agent_key=self.agent_key,
+            progress=Progress(self.out, call.id),
+            files=FileNotices(self.out, call.id),
         )
         try:
             async with asyncio.timeout(timeout) as deadline:

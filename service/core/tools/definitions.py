@@ -253,6 +253,63 @@ def parse_tool_text(
     return tuple(tools)
 
 
+#: The most tools a query may declare, and the largest JSON of one (its schema included).
+MAX_CLIENT_TOOLS = 64
+MAX_CLIENT_TOOL_BYTES = 64 * 1024
+#: `tool.start`'s type of a tool the query declared (`QueryRequest.tools`).
+CLIENT_VIEW_TYPE = "client"
+
+
+class _ClientEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: ToolName
+    description: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(NO_PARAMETERS))
+
+
+def client_tools(entries: Sequence[Mapping[str, Any]]) -> tuple[ToolDefinition, ...]:
+    """The tools a query declares (`{name, description, parameters}` each), validated like a
+    tool file's entries: frontend tools of type "client", answered by the client through
+    Submit. `InvalidRequest` names each entry and field that is wrong."""
+    if len(entries) > MAX_CLIENT_TOOLS:
+        raise InvalidRequest(
+            f"tools: {len(entries)} tools; a query may declare at most {MAX_CLIENT_TOOLS}"
+        )
+    issues: list[str] = []
+    tools: list[ToolDefinition] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(entries):
+        where = f"tools[{index}]"
+        if len(json.dumps(raw, ensure_ascii=False, default=str)) > MAX_CLIENT_TOOL_BYTES:
+            issues.append(f"{where}: larger than {MAX_CLIENT_TOOL_BYTES} bytes of JSON")
+            continue
+        try:
+            entry = _ClientEntry.model_validate(dict(raw))
+        except ValidationError as exc:
+            issues += _issues(exc, where)
+            continue
+        issues += [f"{where}.parameters{p}" for p in schema_issues(entry.parameters)]
+        if entry.name in seen:
+            issues.append(
+                f"{where}.name: duplicate tool name '{entry.name}' (see tools[{seen[entry.name]}])"
+            )
+        seen.setdefault(entry.name, index)
+        tools.append(
+            ToolDefinition(
+                name=entry.name,
+                kind="frontend",
+                description=entry.description,
+                parameters=entry.parameters,
+                view_type=CLIENT_VIEW_TYPE,
+                source="query",
+            )
+        )
+    if issues:
+        raise InvalidRequest("; ".join(issues))
+    return tuple(tools)
+
+
 def view_files(path: Path) -> frozenset[Path]:
     """The view files tool file `path` names (resolved; none when it cannot be read as
     JSON): the files whose change changes its tools, valid or not."""

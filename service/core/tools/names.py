@@ -19,3 +19,5 @@ PLAN_CREATE_TOOL = "plan_create"
 CONTEXT_SUMMARY_TOOL = "_context_summary_"
 #: The tool that loads a skill's text, offered to the stages of agents with `skills`.
 SKILL_TOOL = "skill"
+#: Every name above: a tool the client declares may not take one.
+SERVICE_TOOLS = frozenset({*PLANNING_TOOLS, PLAN_CREATE_TOOL, CONTEXT_SUMMARY_TOOL, SKILL_TOOL})

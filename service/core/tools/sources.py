@@ -57,6 +57,28 @@ from service.core.tools.definitions import (
 log = logging.getLogger("agw.tools")
 
 
+class ProgressReport(Protocol):
+    """Reports a running call's progress: a `tool.progress` event per call
+    (service/core/run/progress.py). `stream` says where the message comes from:
+    "stdout" or "stderr" for a line of a command's output, "progress" otherwise."""
+
+    def __call__(
+        self,
+        message: str = "",
+        *,
+        progress: float | None = None,
+        total: float | None = None,
+        stream: str = "progress",
+    ) -> None: ...
+
+
+class FileReport(Protocol):
+    """Announces a file the call wrote in the chat's workspace: `file.create` (`created`)
+    or `file.update` (service/core/run/progress.py)."""
+
+    def __call__(self, path: str, size_bytes: int, mime_type: str, *, created: bool) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallInfo:
     """What a tool implementation knows about the call it serves."""
@@ -70,6 +92,10 @@ class ToolCallInfo:
     # `questions.ask` without its first two arguments (question, options, ...).
     ask: Callable[..., Awaitable[Any]] | None = None
     agent_key: str = ""  # the agent whose stage made the call
+    # Report how far the call got, while it runs (tool.progress); None: not reported.
+    progress: ProgressReport | None = None
+    # Announce the files the call wrote in the chat's workspace; None: not announced.
+    files: FileReport | None = None
 
 
 class ToolHandler(Protocol):

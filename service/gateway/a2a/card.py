@@ -2,10 +2,10 @@
 
 One card per agent, served at `/a2a/{agentKey}/.well-known/agent-card.json`:
 its name and description, one skill (the agent itself: its mode and tools as
-tags), streaming on, and the JSON-RPC endpoint `/a2a/{agentKey}` offered in both
-protocol versions the endpoint speaks (1.0 and 0.3). The 0.3 card fields (`url`,
-`protocolVersion`, `preferredTransport`) are there too, so 0.3 clients read the
-same card; 1.0 clients take `supportedInterfaces`.
+tags), streaming and push notifications on, and the JSON-RPC endpoint
+`/a2a/{agentKey}` offered in both protocol versions the endpoint speaks (1.0 and
+0.3). The 0.3 card fields (`url`, `protocolVersion`, `preferredTransport`) are there
+too, so 0.3 clients read the same card; 1.0 clients take `supportedInterfaces`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def agent_card(agent: gw.Agent, url: str) -> dict[str, Any]:
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
-        "capabilities": {"streaming": True, "pushNotifications": False},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         "defaultInputModes": list(MODES),
         "defaultOutputModes": list(MODES),
         "skills": [skill],

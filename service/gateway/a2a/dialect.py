@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 from service.gateway.a2a.jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     EXTENDED_CARD_NOT_CONFIGURED,
-    PUSH_NOT_SUPPORTED,
     UNSUPPORTED_OPERATION,
     RpcError,
     params_error,
 )
+from service.gateway.a2a.push import PUSH_DELETE, PUSH_GET, PUSH_LIST, PUSH_SET
 
 #: Operations of the endpoint, named by what they do.
 SEND, STREAM, GET, CANCEL, SUBSCRIBE = "send", "stream", "get", "cancel", "subscribe"
@@ -119,13 +119,13 @@ class V1(Dialect):
         "GetTask": GET,
         "CancelTask": CANCEL,
         "SubscribeToTask": SUBSCRIBE,
+        "CreateTaskPushNotificationConfig": PUSH_SET,
+        "GetTaskPushNotificationConfig": PUSH_GET,
+        "ListTaskPushNotificationConfigs": PUSH_LIST,
+        "DeleteTaskPushNotificationConfig": PUSH_DELETE,
     }
     unsupported: ClassVar[dict[str, int]] = {
         "ListTasks": UNSUPPORTED_OPERATION,
-        "CreateTaskPushNotificationConfig": PUSH_NOT_SUPPORTED,
-        "GetTaskPushNotificationConfig": PUSH_NOT_SUPPORTED,
-        "ListTaskPushNotificationConfigs": PUSH_NOT_SUPPORTED,
-        "DeleteTaskPushNotificationConfig": PUSH_NOT_SUPPORTED,
         "GetExtendedAgentCard": EXTENDED_CARD_NOT_CONFIGURED,
     }
     user_roles: ClassVar[tuple[str, ...]] = (ROLE_USER, "user")
@@ -176,12 +176,12 @@ class V03(Dialect):
         "tasks/get": GET,
         "tasks/cancel": CANCEL,
         "tasks/resubscribe": SUBSCRIBE,
+        "tasks/pushNotificationConfig/set": PUSH_SET,
+        "tasks/pushNotificationConfig/get": PUSH_GET,
+        "tasks/pushNotificationConfig/list": PUSH_LIST,
+        "tasks/pushNotificationConfig/delete": PUSH_DELETE,
     }
     unsupported: ClassVar[dict[str, int]] = {
-        "tasks/pushNotificationConfig/set": PUSH_NOT_SUPPORTED,
-        "tasks/pushNotificationConfig/get": PUSH_NOT_SUPPORTED,
-        "tasks/pushNotificationConfig/list": PUSH_NOT_SUPPORTED,
-        "tasks/pushNotificationConfig/delete": PUSH_NOT_SUPPORTED,
         "agent/getAuthenticatedExtendedCard": EXTENDED_CARD_NOT_CONFIGURED,
     }
     user_roles: ClassVar[tuple[str, ...]] = ("user",)

@@ -5,7 +5,8 @@ Routes, for every agent `{agentKey}`:
 * `GET /a2a/{agentKey}/.well-known/agent-card.json` — its card (`GetAgent`);
 * `POST /a2a/{agentKey}` — JSON-RPC: `SendStreamingMessage` / `message/stream`
   (Server-Sent Events), `SendMessage` / `message/send`, `GetTask` / `tasks/get`,
-  `CancelTask` / `tasks/cancel`, `SubscribeToTask` / `tasks/resubscribe`.
+  `CancelTask` / `tasks/cancel`, `SubscribeToTask` / `tasks/resubscribe`, and the push
+  notification configurations of a task (push.py).
 
 The endpoint talks to the service only over the adapter's gRPC channel, with the
 request's `Authorization` (and the other forwarded headers) as metadata, so
@@ -52,8 +53,9 @@ from service.gateway.a2a.dialect import (
     dialect_of,
 )
 from service.gateway.a2a.jsonrpc import RpcError
+from service.gateway.a2a.push import PUSH_OPERATIONS, PushConfigs, webhook_of
 from service.gateway.a2a.stream import SseWriter, Turn
-from service.gateway.a2a.task import TaskFold
+from service.gateway.a2a.task import FILES_BASE, TaskFold
 from service.gateway.metadata import Metadata, metadata_of
 from service.gateway.sse import ClientGone
 from service.gateway.status import failure, rpc_failure, shown
@@ -75,6 +77,7 @@ class A2AEndpoint:
 
     def __init__(self, channel: grpc.aio.Channel, *, write_timeout_s: float = 30.0) -> None:
         self.stub = gateway_pb2_grpc.AgentGatewayStub(channel)
+        self.push = PushConfigs(self.stub)
         self.write_timeout_s = write_timeout_s
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
@@ -102,6 +105,7 @@ class A2AEndpoint:
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         """One JSON-RPC call; every failure is a JSON-RPC error, never a traceback."""
         call_id: jsonrpc.RequestId = None
+        FILES_BASE.set(f"{request.scheme}://{request.host}")  # the files' download URLs
         try:
             call = await self._read(request)
             call_id = call.id
@@ -117,11 +121,15 @@ class A2AEndpoint:
                 raise RpcError(jsonrpc.INVALID_REQUEST, str(error)) from None
             key = request.match_info["agent_key"]
             operation = dialect.methods[call.method]
+            if operation in PUSH_OPERATIONS:
+                answer = await self.push.call(operation, call.params, dialect.version, metadata)
+                return _json(jsonrpc.result(call.id, answer))
             if operation in (SEND, STREAM):
                 message = dialect.message_of(call.params)
+                push = _push_config(call.params, dialect.version)
                 if operation == STREAM:
-                    return await self._stream(request, call, dialect, key, message, metadata)
-                task = await self._send(key, message, metadata)
+                    return await self._stream(request, call, dialect, key, message, metadata, push)
+                task = await self._send(key, message, metadata, push)
                 return _json(jsonrpc.result(call.id, dialect.send_result(task)))
             task_id = _task_id(call.params)
             if operation == SUBSCRIBE:
@@ -171,9 +179,21 @@ class A2AEndpoint:
 
     # -- a turn: a new run, or an answer to a waiting one -------------------------------
 
-    async def _begin(self, key: str, message: UserMessage, metadata: Metadata) -> Turn:
-        """Start the turn; failures before anything streamed raise `RpcError`."""
+    async def _begin(
+        self,
+        key: str,
+        message: UserMessage,
+        metadata: Metadata,
+        push: gw.Webhook | None = None,
+    ) -> Turn:
+        """Start the turn; failures before anything streamed raise `RpcError`. `push`: the
+        message's push configuration, given to the task (with the query, for a new one)."""
         if message.task_id:
+            if push is not None:
+                await self.stub.CreateRunWebhook(
+                    gw.CreateRunWebhookRequest(run_id=message.task_id, webhook=push),
+                    metadata=metadata,
+                )
             return await self._answer(message, metadata)
         query = gw.QueryRequest(
             agent_key=key,
@@ -188,6 +208,8 @@ class A2AEndpoint:
         params = next((d for d in message.data if isinstance(d, dict)), None)
         if params is not None:
             _parse_into(params, query.params)
+        if push is not None:
+            query.webhooks.append(push)
         if not message.text and params is None:
             raise jsonrpc.params_error("the message has no text and no data")
         call = self.stub.Query(query, metadata=metadata)
@@ -250,8 +272,9 @@ class A2AEndpoint:
         key: str,
         message: UserMessage,
         metadata: Metadata,
+        push: gw.Webhook | None = None,
     ) -> web.StreamResponse:
-        turn = await self._begin(key, message, metadata)
+        turn = await self._begin(key, message, metadata, push)
         return await self._relay(request, call, dialect, turn, stop_when_waiting=True)
 
     async def _subscribe(
@@ -314,9 +337,11 @@ class A2AEndpoint:
             turn.call.cancel()
         return stream.response
 
-    async def _send(self, key: str, message: UserMessage, metadata: Metadata) -> dict[str, Any]:
+    async def _send(
+        self, key: str, message: UserMessage, metadata: Metadata, push: gw.Webhook | None = None
+    ) -> dict[str, Any]:
         """The turn folded: the task once the run ended or waits for input."""
-        turn = await self._begin(key, message, metadata)
+        turn = await self._begin(key, message, metadata, push)
         try:
             if not (turn.fold.done or turn.fold.opened):
                 async for _ in turn.updates():
@@ -393,6 +418,18 @@ async def _fold_live(attach: Any, fold: TaskFold, seq: int, live: gw.LiveRun) ->
                     missing -= fold.waits.keys()
     except TimeoutError:
         log.warning("A2A: run %s showed its waits late; its task is read as it stands", live.run_id)
+
+
+def _push_config(params: dict[str, Any], version: str) -> gw.Webhook | None:
+    """The push configuration a send's `configuration` carries, as the task's webhook."""
+    configuration = params.get("configuration")
+    if configuration is None:
+        return None
+    if not isinstance(configuration, dict):
+        raise jsonrpc.params_error("params.configuration must be an object")
+    name = "taskPushNotificationConfig" if version == "1.0" else "pushNotificationConfig"
+    config = configuration.get(name)
+    return None if config is None else webhook_of(config, version)
 
 
 def _task_id(params: dict[str, Any]) -> str:

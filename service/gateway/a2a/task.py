@@ -14,6 +14,10 @@ context `chatId`:
 * a frontend tool's `tool.end`, `question.ask`, `permission.ask`,
   `plan.approval` → status `input-required`: the question as a text part, what
   it waits for (`waitId`, ...) as a data part;
+* `file.create` / `file.update` (a tool wrote a file in the chat's workspace) → an
+  artifact update: one artifact per file (id `file:{path}`, its name the path), a file
+  part whose url downloads it (`DownloadFile` over HTTP, on the host the client called:
+  `FILES_BASE`), restated whole at each change;
 * `run.complete` / `run.error` / `run.cancel` → status `completed` / `failed` /
   `canceled`;
 * `heartbeat` → nothing;
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from agw.v1 import events_pb2 as pb
 from google.protobuf import json_format
@@ -51,8 +57,12 @@ from service.gateway.a2a.dialect import (
     Update,
 )
 
-#: `tool.start` view types of frontend tools, whose calls wait for the user.
-FRONTEND_TYPES = frozenset({"html", "qlc", "dqlc"})
+#: The base of the files' download URLs ("https://host"): set per request by the endpoint,
+#: from the scheme and host the client called; empty: the URLs are relative.
+FILES_BASE: ContextVar[str] = ContextVar("a2a_files_base", default="")
+#: `tool.start` types of frontend tools, whose calls wait for the user ("client": a tool the
+#: query declared).
+FRONTEND_TYPES = frozenset({"html", "qlc", "dqlc", "client"})
 ARTIFACT_NAME = "answer"
 
 
@@ -89,6 +99,7 @@ class TaskFold:
         self.opened: Wait | None = None  # the wait the latest event opened
         self._user_message = user_message
         self._blocks: dict[str, list[str]] = {}  # contentId → its text pieces, in order
+        self._files: dict[str, dict[str, Any]] = {}  # path → its artifact, of the files written
         self._calls: dict[str, _Call] = {}
 
     @property
@@ -102,6 +113,7 @@ class TaskFold:
         out: dict[str, Any] = {"id": self.task_id, "contextId": self.context_id}
         out["status"] = self._status()
         artifacts = [self._artifact(cid, "".join(text)) for cid, text in self._blocks.items()]
+        artifacts += self._files.values()
         if artifacts:
             out["artifacts"] = artifacts
         if self.history:
@@ -197,6 +209,23 @@ class TaskFold:
     def _tool_result(self, event: pb.Event) -> list[Update]:
         self._answered(event.tool_result.tool_id)
         return [self._detail(event)]
+
+    def _file_written(self, event: pb.Event) -> list[Update]:
+        file = event.file_create if event.HasField("file_create") else event.file_update
+        url = f"{FILES_BASE.get()}/api/chats/{quote(event.chat_id, safe='')}/files/"
+        part = {
+            "url": url + quote(file.path, safe="/"),
+            "filename": file.path.rsplit("/", 1)[-1],
+            "mediaType": file.mime_type,
+        }
+        artifact = {
+            "artifactId": f"file:{file.path}",
+            "name": file.path,
+            "parts": [part],
+            "metadata": {"sizeBytes": file.size_bytes, "toolId": file.tool_id},
+        }
+        self._files[file.path] = artifact
+        return [self._artifact_update(artifact, append=False, last=True)]
 
     def _question_ask(self, event: pb.Event) -> list[Update]:
         ask = event.question_ask
@@ -352,6 +381,8 @@ _HANDLERS: dict[str, Callable[[TaskFold, pb.Event], list[Update]]] = {
     "tool_end": TaskFold._tool_end,
     "tool_snapshot": TaskFold._tool_snapshot,
     "tool_result": TaskFold._tool_result,
+    "file_create": TaskFold._file_written,
+    "file_update": TaskFold._file_written,
     "question_ask": TaskFold._question_ask,
     "question_answer": TaskFold._question_answer,
     "permission_ask": TaskFold._permission_ask,

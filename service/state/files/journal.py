@@ -24,6 +24,7 @@ from typing import TypeVar
 from agw.v1 import events_pb2 as pb
 
 from service.core.run.journal import JournaledRun, JournalEntry
+from service.state.files.sqlite import connect
 
 T = TypeVar("T")
 
@@ -62,11 +63,11 @@ class FileRunJournal:
 
     def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA busy_timeout = 5000")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
+            db = connect(self.path)  # workers of one host may open it at once
+        except sqlite3.Error as error:
+            raise OSError(f"{self.path}: not a usable run journal ({error})") from error
+        try:
             for statement in SCHEMA:
                 db.execute(statement)
             row = db.execute("SELECT COALESCE(MAX(position), 0) FROM journal_steps").fetchone()

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from service.core.masking import SecretMask
 from service.core.tools.definitions import ToolError
+from service.core.tools.sources import ProgressReport
 from service.toolsources.mcp.options import McpServerOptions
 from service.toolsources.references import Expanded, MissingVariable, cut
 
@@ -132,8 +133,11 @@ class McpSession:
 
     # -- calls -----------------------------------------------------------------------------
 
-    async def call(self, remote: str, arguments: dict[str, Any]) -> Any:
-        """Call tool `remote` of the server; its result, or `ToolError`."""
+    async def call(
+        self, remote: str, arguments: dict[str, Any], progress: ProgressReport | None = None
+    ) -> Any:
+        """Call tool `remote` of the server; its result, or `ToolError`. The server's
+        progress notifications for the call are reported to `progress` as they come."""
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
 
@@ -142,7 +146,9 @@ class McpSession:
             raise ToolError(f"{server} is not connected")
         self._calls += 1
         try:
-            result = await session.call_tool(remote, arguments)
+            result = await session.call_tool(
+                remote, arguments, progress_callback=self._progress(progress)
+            )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._lose("the connection closed during a call")
@@ -152,6 +158,16 @@ class McpSession:
             self._calls -= 1
         await self._catch_up(session)
         return self._result(result)
+
+    def _progress(self, report: ProgressReport | None) -> Any:
+        """The SDK's progress callback reporting to `report` (None: none asked)."""
+        if report is None:
+            return None
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            report(self._mask(message or ""), progress=progress, total=total)
+
+        return progressed
 
     def _result(self, result: CallToolResult) -> Any:
         from mcp.types import (

@@ -94,7 +94,7 @@ class McpServer:
         remote, session = tool.remote_name, self.session
 
         async def run(arguments: dict[str, Any], call: ToolCallInfo) -> Any:
-            return await session.call(remote, arguments)
+            return await session.call(remote, arguments, call.progress)
 
         return run
 

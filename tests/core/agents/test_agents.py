@@ -518,7 +518,9 @@ def test_shipped_examples_all_load() -> None:
     agents = {agent.key: agent for agent in registry.list()}
     assert sorted(agents) == [
         "demo_action",
+        "demo_concierge",
         "demo_context",
+        "demo_copilot",
         "demo_escalate",
         "demo_frontend",
         "demo_loop",
@@ -531,6 +533,7 @@ def test_shipped_examples_all_load() -> None:
         "demo_react",
         "demo_replan",
         "demo_researcher",
+        "demo_shell",
         "demo_skills",
         "demo_team",
         "demo_verify",

@@ -40,7 +40,10 @@ EXPECTED = {
     "demo_skills": {"tool.result", "content.start"},
     "demo_question": {"question.ask", "request.submit", "question.answer", "tool.result"},
     "demo_context": {"context.compress", "tool.result"},
+    "demo_concierge": {"content.start"},
+    "demo_copilot": {"content.start"},
     "demo_loop": {"loop.detect", "question.ask", "request.submit", "question.answer"},
+    "demo_shell": {"tool.progress", "tool.result", "content.start"},
 }
 
 
@@ -62,6 +65,7 @@ async def demo(tmp_path: Path) -> AsyncIterator[Harness]:
         skills_dir=ROOT / "skills",
         demo_delay_ms=0,
         data_dir=tmp_path,
+        bash_working_dir=tmp_path / "workspace",
         http_enabled=False,
     ) as harness:
         yield harness

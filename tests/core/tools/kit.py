@@ -262,4 +262,7 @@ def assert_invariants(events: list[pb.Event]) -> None:
             nested_open = [b for b in open_blocks if parent_of[b] == block_id]
             assert not nested_open, f"nested blocks open at the result of {block_id}"
             answered.add(block_id)
+        elif field == "tool_progress":
+            block_id = event.tool_progress.tool_id
+            assert block_id in ended and block_id not in answered, f"progress of {block_id} late"
     assert not open_blocks, f"blocks left open: {open_blocks}"
