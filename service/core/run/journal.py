@@ -41,9 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from google.protobuf import json_format
-
-from service.core.events import Event
+from service.core.events import Event, to_dict
 
 log = logging.getLogger("agw.journal")
 
@@ -209,7 +207,7 @@ class Replay:
         # The answers its waits were given (`request.submit`) whose step has no result yet:
         # accepted, journaled, and not yet taken by the run when its owner stopped.
         self.answers = {
-            e.request_submit.tool_id: json_format.MessageToDict(e.request_submit.payload)
+            e.request_submit.tool_id: to_dict(e.request_submit.payload)
             for e in journaled.events
             if e.WhichOneof("payload") == "request_submit"
         }
