@@ -117,10 +117,14 @@ class Link:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
 
-    def own_connection(self) -> AbstractConnection:
-        """A connection of its own (like the pool's): for the pub/sub reader, the outbox."""
+    def own_connection(self, role: str = "") -> AbstractConnection:
+        """A connection of its own (like the pool's): for the pub/sub reader, the outbox;
+        with a `role`, named `<prefix><role>:<replica>` (as `CLIENT LIST` shows it)."""
         pool = self.redis.connection_pool
-        return pool.connection_class(**pool.connection_kwargs)
+        kwargs = dict(pool.connection_kwargs)
+        if role:
+            kwargs["client_name"] = f"{self.keys.prefix}{role}:{self.replica_id}"
+        return pool.connection_class(**kwargs)
 
     @contextlib.asynccontextmanager
     async def reaching(self, operation: str, *, timed: bool = True) -> AsyncIterator[None]:

@@ -327,7 +327,7 @@ class Outbox:
                 if self._wire is None or not self._wire.connected:
                     wire = Wire(self._answered)
                     wire.on_writable = self._schedule
-                    await wire.connect(self._link.own_connection())
+                    await wire.connect(self._link.own_connection("outbox"))
                     self._wire = wire
                     wire.lost.add_done_callback(functools.partial(self._lost, wire))
                 return
