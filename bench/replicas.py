@@ -85,9 +85,7 @@ async def query_and_follow(
         querying.cancel()
 
 
-async def measure(
-    pids: dict[int, str], targets: list[Target], specs: list[StreamSpec]
-) -> Window:
+async def measure(pids: dict[int, str], targets: list[Target], specs: list[StreamSpec]) -> Window:
     """`pids`: the server processes measured, each with its role."""
     window = Window(expected=sum(s.deltas for s in specs))
     before = {pid: tree_cpu_ns(pid) for pid in pids}
