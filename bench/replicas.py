@@ -229,12 +229,11 @@ def markdown(f: dict[str, Any]) -> str:
             f"| deltas delivered / followed | {one['delivered']} / {one['followed']} of "
             f"{one['expected']} | {three['delivered']} / {three['followed']} of "
             f"{three['expected']} | |",
-            "",
-            "| of which, per delta: "
+            "| CPU per delta of the replicas by process kind | | "
             + ", ".join(
                 f"{role} {us:.1f} µs" for role, us in three["cpu_per_delta_us_by_role"].items()
             )
-            + " | | | |",
+            + " | |",
             "",
             f"Target: {REPLICAS} replicas ÷ 1 process ≤ {f['target_cpu_ratio']:g}× CPU per delta: "
             f"{f['cpu_ratio']:.2f}× ({met}). The Redis hop adds "
