@@ -7,8 +7,13 @@ spread over one interval. The gateway is read over gRPC (its ONESHOT bench
 agent), the proxy over its OpenAI-compatible SSE API (`/v1/chat/completions`,
 `stream: true`). Each server's CPU is read the same way, from `/proc`, for its
 whole process tree, over the window from the first request to the last stream's
-end; the figure compared is CPU per delta delivered, and the ratio proxy ÷
-gateway against the ≥ 5× target.
+end. Three loads, each in every round: *paced* (`streams` streams of `deltas`
+deltas `interval_ms` apart, as real models send), *bulk* (the same streams with
+no pause: one read carries many deltas) and *calls* (`calls` calls of one delta
+each, `streams` at a time: what a call costs besides its tokens). The figures:
+CPU per delta (paced, bulk) and per call, and each server's resident memory
+(RSS of its process tree) after the rounds; the ratios proxy ÷ gateway against
+the ≥ 5× target of each CPU figure (RSS is reported, without a target).
 
 LiteLLM is not a dependency of agw: on first use it is installed (`litellm[proxy]`)
 into a virtualenv of its own, `bench/.venv-litellm` (`--venv`), which is ignored by git.
@@ -33,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from bench.load import StreamResult, Target, run_stream
-from bench.procs import ROOT, Child, spawn, tree_cpu_ns
+from bench.procs import ROOT, Child, spawn, tree_cpu_ns, tree_rss_bytes
 from bench.protocol import HOST, MODEL, StreamSpec, parse_stamp
 from bench.scenarios import percentile
 from service.process import eventloop
@@ -166,6 +171,7 @@ class Window:
     cpu_ns: int
     deltas: int
     expected: int
+    calls: int = 0
     latencies_ns: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -175,7 +181,7 @@ async def measure(pid: int, specs: list[StreamSpec], read: Callable[[StreamSpec]
     before = tree_cpu_ns(pid)
     results: list[StreamResult] = await asyncio.gather(*(read(spec) for spec in specs))
     cpu = tree_cpu_ns(pid) - before
-    window = Window(cpu, sum(r.deltas for r in results), sum(s.deltas for s in specs))
+    window = Window(cpu, sum(r.deltas for r in results), sum(s.deltas for s in specs), len(specs))
     for r in results:
         window.latencies_ns += [arrival - parse_stamp(text)[0] for arrival, text in r.arrivals]
         if r.error:
@@ -183,11 +189,38 @@ async def measure(pid: int, specs: list[StreamSpec], read: Callable[[StreamSpec]
     return window
 
 
-def specs_of(args: argparse.Namespace) -> list[StreamSpec]:
+LOADS = ("paced", "bulk", "calls")
+
+
+def specs_of(args: argparse.Namespace, load: str = "paced") -> list[StreamSpec]:
+    if load == "bulk":
+        return [StreamSpec(args.deltas) for _ in range(args.streams)]
+    if load == "calls":
+        return [StreamSpec(1) for _ in range(args.calls)]
     return [
         StreamSpec(args.deltas, args.interval_ms, phase_ms=args.interval_ms * n / args.streams)
         for n in range(args.streams)
     ]
+
+
+async def measure_load(
+    pid: int, specs: list[StreamSpec], read: Callable[[StreamSpec], Any], at_once: int
+) -> Window:
+    """`measure`, `at_once` streams at a time (the calls load), as one window."""
+    if len(specs) <= at_once:
+        return await measure(pid, specs, read)
+    windows = [
+        await measure(pid, specs[n : n + at_once], read) for n in range(0, len(specs), at_once)
+    ]
+    total = Window(0, 0, 0)
+    for window in windows:
+        total.cpu_ns += window.cpu_ns
+        total.deltas += window.deltas
+        total.expected += window.expected
+        total.calls += window.calls
+        total.latencies_ns += window.latencies_ns
+        total.errors += window.errors
+    return total
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -204,32 +237,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         target = Target("gateway", gateway.port)
         await target.ready()
-        specs = specs_of(args)
-        windows: dict[str, list[Window]] = {"gateway": [], "litellm": []}
+        reads = {
+            "gateway": (gateway.pid, lambda s: run_stream(target, s)),
+            "litellm": (proxy.process.pid, lambda s: proxy_stream(session, proxy, s)),
+        }
+        windows: dict[str, dict[str, list[Window]]] = {
+            kind: {load: [] for load in LOADS} for kind in reads
+        }
         async with aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
         ) as session:
             warm = [StreamSpec(5)] * 4  # first calls pay for imports and connections
-            await measure(gateway.pid, warm, lambda s: run_stream(target, s))  # type: ignore[arg-type]
-            await measure(proxy.process.pid, warm, lambda s: proxy_stream(session, proxy, s))  # type: ignore[arg-type]
+            for pid, read in reads.values():
+                await measure(pid, warm, read)  # type: ignore[arg-type]
             for number in range(args.rounds):
                 order = ["gateway", "litellm"] if number % 2 == 0 else ["litellm", "gateway"]
-                for kind in order:
-                    print(f"bench.litellm: round {number + 1} {kind}", file=sys.stderr)
-                    if kind == "gateway":
-                        window = await measure(
-                            gateway.pid,
-                            specs,
-                            lambda s: run_stream(target, s),  # type: ignore[arg-type]
+                for load in LOADS:
+                    for kind in order:
+                        print(f"bench.litellm: round {number + 1} {load} {kind}", file=sys.stderr)
+                        pid, read = reads[kind]
+                        windows[kind][load].append(
+                            await measure_load(pid, specs_of(args, load), read, args.streams)  # type: ignore[arg-type]
                         )
-                    else:
-                        window = await measure(
-                            proxy.process.pid,
-                            specs,
-                            lambda s: proxy_stream(session, proxy, s),  # type: ignore[arg-type]
-                        )
-                    windows[kind].append(window)
-        return summarize(args, windows)
+            rss = {kind: tree_rss_bytes(pid) for kind, (pid, _) in reads.items()}
+        return summarize(args, windows, rss)
     finally:
         if target is not None:
             await target.close()
@@ -240,48 +271,84 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await proxy.stop()
 
 
-def summarize(args: argparse.Namespace, windows: dict[str, list[Window]]) -> dict[str, Any]:
+def summarize(
+    args: argparse.Namespace, windows: dict[str, dict[str, list[Window]]], rss: dict[str, int]
+) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "streams": args.streams,
         "deltas": args.deltas,
         "interval_ms": args.interval_ms,
+        "calls": args.calls,
         "rounds": args.rounds,
+        "load_average": os.getloadavg()[0],
+        "target_ratio": TARGET_RATIO,
     }
-    for kind, measured in windows.items():
-        deltas = sum(w.deltas for w in measured)
-        latencies = [x for w in measured for x in w.latencies_ns]
-        figures[kind] = {
-            "cpu_per_delta_us": sum(w.cpu_ns for w in measured) / max(deltas, 1) / 1e3,
-            "delivered": deltas,
-            "expected": sum(w.expected for w in measured),
-            "latency_p50_us": percentile(latencies, 50) / 1e3,
-            "latency_p99_us": percentile(latencies, 99) / 1e3,
-            "errors": [e for w in measured for e in w.errors][:5],
-        }
-    gateway_cpu = figures["gateway"]["cpu_per_delta_us"]
-    figures["ratio"] = figures["litellm"]["cpu_per_delta_us"] / gateway_cpu if gateway_cpu else 0
+    for kind, loads in windows.items():
+        figures[kind] = {"rss_mib": rss.get(kind, 0) / (1 << 20)}
+        for load, measured in loads.items():
+            deltas = sum(w.deltas for w in measured)
+            calls = sum(w.calls for w in measured)
+            latencies = [x for w in measured for x in w.latencies_ns]
+            cpu_ns = sum(w.cpu_ns for w in measured)
+            figures[kind][load] = {
+                "cpu_per_delta_us": cpu_ns / max(deltas, 1) / 1e3,
+                "cpu_per_call_us": cpu_ns / max(calls, 1) / 1e3,
+                "delivered": deltas,
+                "expected": sum(w.expected for w in measured),
+                "latency_p50_us": percentile(latencies, 50) / 1e3,
+                "latency_p99_us": percentile(latencies, 99) / 1e3,
+                "errors": [e for w in measured for e in w.errors][:5],
+            }
+    g, lite = figures["gateway"], figures["litellm"]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else 0.0
+
+    figures["ratios"] = {
+        "paced_per_delta": ratio(lite["paced"]["cpu_per_delta_us"], g["paced"]["cpu_per_delta_us"]),
+        "bulk_per_delta": ratio(lite["bulk"]["cpu_per_delta_us"], g["bulk"]["cpu_per_delta_us"]),
+        "per_call": ratio(lite["calls"]["cpu_per_call_us"], g["calls"]["cpu_per_call_us"]),
+        "rss": ratio(lite["rss_mib"], g["rss_mib"]),
+    }
+    figures["ratio"] = figures["ratios"]["paced_per_delta"]
     return figures
 
 
 def markdown(figures: dict[str, Any]) -> str:
-    g, lite = figures["gateway"], figures["litellm"]
-    ratio = figures["ratio"]
-    verdict = "met" if ratio >= TARGET_RATIO else "not met"
+    g, lite, ratios = figures["gateway"], figures["litellm"], figures["ratios"]
+    target = figures["target_ratio"]
+
+    def verdict(value: float) -> str:
+        return f"{value:.2f}× (target ≥ {target:g}×: {'met' if value >= target else 'NOT met'})"
+
+    def cpu_row(label: str, load: str, key: str, ratio_key: str) -> str:
+        return (
+            f"| {label} | {g[load][key]:.1f} µs | {lite[load][key]:.1f} µs | "
+            f"{verdict(ratios[ratio_key])} |"
+        )
+
     return "\n".join(
         [
-            f"LiteLLM proxy vs gateway: {figures['streams']} streams × {figures['deltas']} "
-            f"deltas, {figures['interval_ms']:g} ms apart, {figures['rounds']} rounds",
+            f"LiteLLM proxy vs gateway: paced {figures['streams']} streams × "
+            f"{figures['deltas']} deltas, {figures['interval_ms']:g} ms apart; bulk the same "
+            f"without pauses; {figures['calls']} calls of 1 delta, {figures['streams']} at a "
+            f"time; {figures['rounds']} rounds; load average {figures['load_average']:.2f}",
             "",
             "| figure | gateway (gRPC) | LiteLLM proxy (SSE) | proxy ÷ gateway |",
             "|---|---|---|---|",
-            f"| CPU per paced delta | {g['cpu_per_delta_us']:.1f} µs | "
-            f"{lite['cpu_per_delta_us']:.1f} µs | {ratio:.2f}× (target ≥ {TARGET_RATIO:g}×: "
-            f"{verdict}) |",
-            f"| per-delta latency p50 / p99 | {g['latency_p50_us']:.0f} / "
-            f"{g['latency_p99_us']:.0f} µs | {lite['latency_p50_us']:.0f} / "
-            f"{lite['latency_p99_us']:.0f} µs | |",
-            f"| deltas delivered | {g['delivered']} of {g['expected']} | "
-            f"{lite['delivered']} of {lite['expected']} | |",
+            cpu_row("CPU per paced delta", "paced", "cpu_per_delta_us", "paced_per_delta"),
+            cpu_row("CPU per bulk delta", "bulk", "cpu_per_delta_us", "bulk_per_delta"),
+            cpu_row("CPU per call (1 delta)", "calls", "cpu_per_call_us", "per_call"),
+            f"| RSS after the rounds | {g['rss_mib']:.0f} MiB | {lite['rss_mib']:.0f} MiB | "
+            f"{ratios['rss']:.2f}× (no target) |",
+            f"| paced delta latency p50 / p99 | {g['paced']['latency_p50_us']:.0f} / "
+            f"{g['paced']['latency_p99_us']:.0f} µs | {lite['paced']['latency_p50_us']:.0f} / "
+            f"{lite['paced']['latency_p99_us']:.0f} µs | |",
+            "| deltas delivered (paced, bulk, calls) | "
+            + ", ".join(f"{g[x]['delivered']}/{g[x]['expected']}" for x in LOADS)
+            + " | "
+            + ", ".join(f"{lite[x]['delivered']}/{lite[x]['expected']}" for x in LOADS)
+            + " | |",
         ]
     )
 
@@ -291,6 +358,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--deltas", type=int, default=250)
     parser.add_argument("--interval-ms", type=float, default=20.0)
+    parser.add_argument("--calls", type=int, default=200, help="calls of one delta")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--venv", type=Path, default=VENV)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "litellm.json")

@@ -89,6 +89,34 @@ async def spawn(kind: str, *args: str, env: dict[str, str] | None = None) -> Chi
     return Child(kind, process, int(info["port"]), int(info["pid"]), control)
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of `pid` and every live descendant, from `/proc` (VmRSS)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, p in parents.items() if p == parent and child not in tree]
+        tree.update(children)
+        frontier += children
+    total = 0
+    for member in tree:
+        try:
+            status = Path(f"/proc/{member}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
 def tree_cpu_ns(pid: int) -> int:
     """User + system CPU of `pid` and every live descendant, from `/proc` (clock ticks)."""
     parents: dict[int, int] = {}

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -44,6 +45,9 @@ from service.process import eventloop
 from service.testing import PostgresServer, RedisServer, oneshot_agent, write_agent
 
 TARGET_RATIO = 1.7
+# At equal load per worker, 2 workers' service CPU per delta over 1 worker's: what linear
+# scaling needs for the throughput target on a box with a core per worker (2 ÷ 1.7).
+TARGET_EQUAL_LOAD = 2 / TARGET_RATIO
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "workers.json"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 90.0
@@ -393,6 +397,39 @@ async def measure(
         "target": TARGET_RATIO,
         "met": ratio >= TARGET_RATIO,
         "ceiling": ceiling(runs.get("1", {}), os.cpu_count() or 1),
+        "equal_load": equal_load(rounds),
+    }
+
+
+def equal_load(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The service's CPU per delta at the same load per worker: 1 worker at `streams`
+    streams against 2 workers at twice as many (each of them at `streams`), at the highest
+    such step both sustained (median over the rounds); their quotient is the linear-scaling
+    figure, not bound by this box's cores as the throughput ratio is."""
+
+    def sustained(count: str) -> dict[int, list[float]]:
+        found: dict[int, list[float]] = {}
+        for run in rounds.get(count, []):
+            for step in run["steps"]:
+                if step["sustained"] and step["cpu_us_per_delta"]:
+                    found.setdefault(step["streams"], []).append(step["cpu_us_per_delta"])
+        return found
+
+    one, two = sustained("1"), sustained("2")
+    both = [streams for streams in one if 2 * streams in two]
+    if not both:
+        return {}
+    streams = max(both)
+    one_us = statistics.median(one[streams])
+    two_us = statistics.median(two[2 * streams])
+    ratio = two_us / one_us
+    return {
+        "streams_per_worker": streams,
+        "one_worker_us_per_delta": one_us,
+        "two_workers_us_per_delta": two_us,
+        "ratio": ratio,
+        "target": TARGET_EQUAL_LOAD,
+        "met": ratio <= TARGET_EQUAL_LOAD,
     }
 
 
@@ -487,6 +524,16 @@ def markdown(results: dict[str, Any]) -> str:
         f"{verdict}). CPU columns: cores used on average at the highest sustained step; "
         "others' work: the rest of the machine's busy time (not this benchmark's).",
     ]
+    equal = results.get("equal_load") or {}
+    if equal:
+        lines += [
+            "",
+            f"At equal load per worker ({equal['streams_per_worker']} streams, 50 deltas/s "
+            f"each, per worker): service CPU per delta {equal['one_worker_us_per_delta']:.1f} µs"
+            f" with 1 worker, {equal['two_workers_us_per_delta']:.1f} µs with 2: "
+            f"**{equal['ratio']:.2f}×** (target ≤ {equal['target']:.2f}×, what 1.7× needs "
+            f"with a core per worker: {'met' if equal['met'] else 'NOT met'}).",
+        ]
     bound = results.get("ceiling") or {}
     if bound:
         lines += [

@@ -21,7 +21,13 @@ async def test_the_redis_hop_is_measured(redis_url: str) -> None:
         "round_trip_p50_us",
         "local_cpu_us_per_event",
         "redis_cpu_us_per_event",
+        "redis_server_cpu_us_per_event",
+        "added_over_round_trip",
     ):
         assert math.isfinite(figures[key]) and figures[key] > 0, key
     assert figures["added_p50_us"] <= figures["added_p90_us"] <= figures["added_p99_us"]
-    assert "| added latency, remote vs local follower, p50 |" in redis_hop.markdown(figures)
+    # One append script call per loop tick at most: never more than one per event.
+    assert 0 < figures["append_calls_per_event"] <= 1
+    text = redis_hop.markdown(figures)
+    assert "| added latency, remote vs local follower, p50 |" in text
+    assert "× a PING round trip" in text and ("(met)" in text or "(NOT met)" in text)

@@ -111,7 +111,7 @@ class RedisRunBus:
     async def open(self) -> None:
         await self.redis.set(self.keys.alive(self.replica_id), "1", px=self.link.lease_ms)
         await self.epoch.check()  # made now (with its window) on a Redis that has none
-        for script in (scripts.APPEND, scripts.RENEW):  # called with EVALSHA in pipelines
+        for script in (scripts.APPEND_MANY, scripts.RENEW):  # called with EVALSHA in pipelines
             await self.redis.script_load(script)
         self._outbox.start()
         loops = {
@@ -134,9 +134,8 @@ class RedisRunBus:
             *self.leases.tasks,
             *self._mirrors.tasks,
             *self.epoch.tasks,
+            *self._outbox.tasks,
         ]
-        if self._outbox.task is not None:
-            tasks.append(self._outbox.task)
         for task in tasks:
             task.cancel()
         if tasks:  # a task that does not stop is named, not waited for forever

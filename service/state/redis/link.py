@@ -72,6 +72,7 @@ class Link:
         self.keys = Keys(prefix)
         # Reads may block for a while (BLPOP): the socket time-out is beyond them.
         timeout = max(lease_ttl_s, reply_timeout_s, INBOX_POLL_S) + 5.0
+        self.socket_timeout_s = timeout  # a reply awaited longer than this: the connection is cut
         self.redis = aioredis.Redis.from_url(
             url,
             protocol=2,
@@ -82,6 +83,7 @@ class Link:
         pool = self.redis.connection_pool
         pool.connection_class = packed(pool.connection_class)
         self.append = self.redis.register_script(scripts.APPEND)
+        self.append_many = self.redis.register_script(scripts.APPEND_MANY)
         self._resumed = asyncio.Event()
         self._resumed.set()
 
@@ -107,14 +109,22 @@ class Link:
     def resume(self) -> None:
         self._resumed.set()
 
+    @property
+    def suspended(self) -> bool:
+        return not self._resumed.is_set()
+
     async def writable(self) -> None:
         """Return once this replica may write (at once unless suspended)."""
         await self._resumed.wait()
 
-    def own_connection(self) -> AbstractConnection:
-        """A connection of its own (like the pool's): for the pub/sub reader, the outbox."""
+    def own_connection(self, role: str = "") -> AbstractConnection:
+        """A connection of its own (like the pool's): for the pub/sub reader, the outbox;
+        with a `role`, named `<prefix><role>:<replica>` (as `CLIENT LIST` shows it)."""
         pool = self.redis.connection_pool
-        return pool.connection_class(**pool.connection_kwargs)
+        kwargs = dict(pool.connection_kwargs)
+        if role:
+            kwargs["client_name"] = f"{self.keys.prefix}{role}:{self.replica_id}"
+        return pool.connection_class(**kwargs)
 
     @contextlib.asynccontextmanager
     async def reaching(self, operation: str, *, timed: bool = True) -> AsyncIterator[None]:

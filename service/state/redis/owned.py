@@ -23,7 +23,9 @@ class Owned:
 
     run: RunState
     fence: int
-    pending: list[Event] = field(default_factory=list)
+    pending: list[Event] = field(default_factory=list)  # not yet appended (as far as known)
+    sent: int = 0  # how many of `pending`, from its start, are in appends under way
+    generation: int = 0  # moves on when what is under way is to be sent again (the outbox's)
     drained: asyncio.Event = field(default_factory=asyncio.Event)  # nothing pending
     published_end: bool = False  # the run's end is in Redis
     fenced: bool = False  # another replica took the run over

@@ -160,46 +160,82 @@ redis.call('SADD', KEYS[4], ARGV[1])
 return 1
 """
 
-#: Appends events (seq, data pairs) when the fence holds (else 0; -2 when the run's meta is
-#: gone: Redis lost its data), skipping those already
-#: there (a retried append); -1 when the stream does not end at the expected seq (ARGV[4];
-#: '' for any). The events it added are also published, in one message, on the run's
-#: channel (ARGV[7]): each one's size (4 bytes, big-endian) then its data (`unpack_pushed`).
-#: With an end time-to-live (ARGV[5] > 0) the run ends: its status, expiries,
-#: lease, active set, and its chat claim, if still the run's, freed and marked settling for
-#: ARGV[6] ms (0: not marked).
+#: What `APPEND` answers when appending would leave a hole in the stream: the first event
+#: given is beyond the one after the stream's last (an earlier append failed), or the stream
+#: does not end at the expected seq.
+BEHIND = -1
+
+#: The body of `APPEND` and `APPEND_MANY`: a Lua function appending one run's events, its
+#: keys `KEYS[k + 1 .. k + 6]` (`Keys.appending`), its arguments `ARGV[a + 1 .. last]`:
+#: fence, maxlen, run, expected last seq ('' for any), end ttl ms, settle ms, channel,
+#: then seq, data pairs. It answers 1 (appended), 0 (fenced: the fence is not the run's),
+#: -2 (GONE: the run's meta is gone, Redis lost its data) or -1 (BEHIND: nothing appended,
+#: as the first event given is beyond the one after the stream's last, or the stream does
+#: not end at the expected seq). Events already there are skipped (a retried append); those
+#: it added are published, in one message, on the run's channel: each one's size (4 bytes,
+#: big-endian) then its data (`unpack_pushed`). With an end time-to-live (> 0) the run ends:
+#: its status, expiries, lease, active set, and its chat claim, if still the run's, freed
+#: and marked settling for the settle time (0: not marked).
+_APPEND_ONE = """
+local function append(k, a, last)
+  local meta, stream = KEYS[k + 1], KEYS[k + 2]
+  local fence = redis.call('HGET', meta, 'fence')
+  if fence == false then return -2 end
+  if fence ~= ARGV[a + 1] then return 0 end
+  local top = 0
+  local found = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  if #found > 0 then top = tonumber(string.sub(found[1][1], 3)) end
+  if ARGV[a + 4] ~= '' and tonumber(ARGV[a + 4]) ~= top then return -1 end
+  if last > a + 7 and tonumber(ARGV[a + 8]) > top + 1 then return -1 end
+  local pushed = {}
+  local maxlen = ARGV[a + 2]
+  for i = a + 8, last, 2 do
+    if tonumber(ARGV[i]) > top then
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '0-' .. ARGV[i], 'e', ARGV[i + 1])
+      pushed[#pushed + 1] = struct.pack('>I4', #ARGV[i + 1]) .. ARGV[i + 1]
+    end
+  end
+  if #pushed > 0 then redis.call('PUBLISH', ARGV[a + 7], table.concat(pushed)) end
+  local ttl = tonumber(ARGV[a + 5])
+  if ttl > 0 then
+    local run = ARGV[a + 3]
+    redis.call('HSET', meta, 'status', 'ended')
+    redis.call('PEXPIRE', meta, ttl)
+    redis.call('PEXPIRE', stream, ttl)
+    redis.call('DEL', KEYS[k + 3])
+    redis.call('SREM', KEYS[k + 4], run)
+    if redis.call('GET', KEYS[k + 5]) == run then
+      redis.call('DEL', KEYS[k + 5])
+      local settle = tonumber(ARGV[a + 6])
+      if settle > 0 then redis.call('SET', KEYS[k + 6], run, 'PX', settle) end
+    end
+  end
+  return 1
+end
+"""
+
+#: Appends one run's events (see `_APPEND_ONE`).
 #: KEYS: `Keys.appending`; ARGV: fence, maxlen, run, expected last seq, end ttl ms, settle ms,
 #: channel, seq1, data1, seq2, data2, ...
-APPEND = """
-local fence = redis.call('HGET', KEYS[1], 'fence')
-if fence == false then return -2 end
-if fence ~= ARGV[1] then return 0 end
-local top = 0
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last > 0 then top = tonumber(string.sub(last[1][1], 3)) end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= top then return -1 end
-local pushed = {}
-for i = 8, #ARGV, 2 do
-  if tonumber(ARGV[i]) > top then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
-    pushed[#pushed + 1] = struct.pack('>I4', #ARGV[i + 1]) .. ARGV[i + 1]
-  end
+APPEND = _APPEND_ONE + "return append(0, 0, #ARGV)\n"
+
+#: Appends the events of several runs, in one call (the outbox's, once per loop tick):
+#: answers one `APPEND` answer per run, in order. KEYS: each run's `Keys.appending`, in
+#: turn; ARGV: the number of runs, then per run the number of its arguments and its
+#: arguments as `APPEND`'s.
+APPEND_MANY = (
+    _APPEND_ONE
+    + """
+local answers = {}
+local at = 2
+for r = 1, tonumber(ARGV[1]) do
+  local last = at + tonumber(ARGV[at])
+  answers[r] = append((r - 1) * 6, at, last)
+  at = last + 1
 end
-if #pushed > 0 then redis.call('PUBLISH', ARGV[7], table.concat(pushed)) end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('HSET', KEYS[1], 'status', 'ended')
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[4], ARGV[3])
-  if redis.call('GET', KEYS[5]) == ARGV[3] then
-    redis.call('DEL', KEYS[5])
-    if tonumber(ARGV[6]) > 0 then redis.call('SET', KEYS[6], ARGV[3], 'PX', ARGV[6]) end
-  end
-end
-return 1
+return answers
 """
+)
 
 #: Renews a lease while the fence holds (1), else 0; -2 when the run's meta is gone (Redis
 #: lost its data). KEYS: meta, lease; ARGV: fence, value, ms

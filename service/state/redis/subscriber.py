@@ -12,6 +12,8 @@ from typing import Any
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, RedisError
 
+from service.state.redis.wire import Reply, Wire
+
 log = logging.getLogger("agw.bus")
 
 RECONNECT_S = 0.05  # the pause before the pub/sub connection, once cut, is made again
@@ -42,7 +44,7 @@ class Subscriber:
         self.idle_s = idle_s
         self.channels: set[bytes] = set()  # those wanted
         self._dropped: set[bytes] = set()  # no longer wanted, to unsubscribe
-        self._conn: AbstractConnection | None = None
+        self._conn: Wire | None = None
         self._connected = asyncio.Event()
         self._failed = False  # the last connection failed (Redis unreachable)
         self._pongs: dict[bytes, asyncio.Future[None]] = {}
@@ -65,9 +67,7 @@ class Subscriber:
         answered = asyncio.get_running_loop().create_future()
         self._pongs[token] = answered
         try:
-            await conn.send_packed_command(
-                conn.pack_commands([("SUBSCRIBE", channel), ("PING", token)]), check_health=False
-            )
+            conn.send(("SUBSCRIBE", channel), ("PING", token))
             await answered
         finally:
             self._pongs.pop(token, None)
@@ -88,10 +88,8 @@ class Subscriber:
             dropped = [c for c in self._dropped if c not in self.channels]
             self._dropped.clear()
             conn = self._conn
-            if dropped and conn is not None and conn.is_connected:
-                await conn.send_packed_command(
-                    conn.pack_command("UNSUBSCRIBE", *dropped), check_health=False
-                )
+            if dropped and conn is not None and conn.connected:
+                conn.send(("UNSUBSCRIBE", *dropped))
         except (RedisError, OSError) as error:  # the reader sees the connection cut
             log.warning("cannot unsubscribe (%s)", error)
         finally:
@@ -107,35 +105,35 @@ class Subscriber:
         """One connection's life: connect, subscribe to every channel wanted, and hand
         over what is pushed until the connection is cut (returns: connect again); a
         failure to connect is raised."""
-        conn = self._connection()
+        wire = Wire(self._reply)
         try:
             try:
-                await conn.connect()  # type: ignore[no-untyped-call]
+                await wire.connect(self._connection())
                 self._dropped.clear()
                 commands: list[tuple[Any, ...]] = []
                 if self.channels:
                     commands.append(("SUBSCRIBE", *self.channels))
                 commands.append(("PING", b"resubscribed"))
-                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                wire.send(*commands)
             except BaseException:
                 self._failed = True
                 raise
-            self._conn = conn
+            self._conn = wire
             self.connections += 1
             self._failed = False
             self._connected.set()
-            await self._read(conn)
+            await self._watch(wire)
         except (RedisError, OSError) as error:
-            if self._conn is not conn:  # could not connect: Redis unreachable (retried later)
+            if self._conn is not wire:  # could not connect: Redis unreachable (retried later)
                 raise
-            self._drop(conn)
+            self._drop(wire)
             log.warning("the pub/sub connection was cut (%s); reconnecting", error)
             await asyncio.sleep(RECONNECT_S)  # what it missed is read from the streams
         finally:
-            self._drop(conn)
-            await conn.disconnect(nowait=True)
+            self._drop(wire)
+            wire.close()
 
-    def _drop(self, conn: AbstractConnection) -> None:
+    def _drop(self, conn: Wire) -> None:
         """Stop using `conn`: the subscriptions waiting on it fail."""
         if self._conn is conn:
             self._conn = None
@@ -144,22 +142,34 @@ class Subscriber:
             if not answered.done():
                 answered.set_exception(ConnectionError("the pub/sub connection was cut"))
 
-    async def _read(self, conn: AbstractConnection) -> None:
+    async def _watch(self, wire: Wire) -> None:
+        """Until the connection is lost (raised): one silent for `idle_s` is pinged, and
+        taken as cut when it stays silent for `idle_s` more."""
         pinged = False
+        seen = wire.received
         while True:
-            reply = await conn.read_response(timeout=self.idle_s, push_request=True)
-            if reply is None:  # silent for idle_s
-                if pinged:
-                    raise ConnectionError(f"no answer from Redis for {2 * self.idle_s:g} s")
-                await conn.send_packed_command(conn.pack_command("PING"), check_health=False)
-                pinged = True
+            await asyncio.wait([wire.lost], timeout=self.idle_s)
+            if wire.lost.done():
+                wire.lost.result()
+                raise ConnectionError("the pub/sub connection was closed")
+            if wire.received != seen:
+                seen = wire.received
+                pinged = False
                 continue
-            pinged = False
-            kind = reply[0]
-            if kind == b"message":
-                self._pushed(reply[1], reply[2])
-            elif kind == b"pong":
-                if reply[1] == b"resubscribed":
-                    self._resubscribed()
-                elif (answered := self._pongs.get(reply[1])) is not None and not answered.done():
-                    answered.set_result(None)
+            if pinged:
+                raise ConnectionError(f"no answer from Redis for {2 * self.idle_s:g} s")
+            wire.send(("PING",))
+            pinged = True
+
+    def _reply(self, reply: Reply) -> None:
+        """What the connection read: pushed messages, and answers to pings."""
+        if not isinstance(reply, list):
+            return  # an error answering an (un)subscription: the connection goes on
+        kind = reply[0]
+        if kind == b"message":
+            self._pushed(reply[1], reply[2])
+        elif kind == b"pong":
+            if reply[1] == b"resubscribed":
+                self._resubscribed()
+            elif (answered := self._pongs.get(reply[1])) is not None and not answered.done():
+                answered.set_result(None)
