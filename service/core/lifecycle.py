@@ -15,7 +15,12 @@
    `unwatched_run_ttl_s` unless it waits for a Submit.
 6. **Release**: `retention_s` after its end the run is forgotten (it is then
    re-joined from the run log).
-7. **Drain**: no new run; running ones get a grace period, then are cancelled.
+7. **Park**: a journaled run that does nothing but wait for answers for
+   `park_after_s` is parked: its task stops, its log and its open waits stay. An
+   answer, its earliest wait's deadline, or a cancel wakes it: it runs again here
+   from its journal (service/core/run/journal.py) and takes the answer.
+8. **Drain**: no new run; running ones get a grace period, then are handed over
+   (journaled runs, to resume elsewhere or after the restart) or cancelled.
 """
 
 from __future__ import annotations
@@ -45,13 +50,21 @@ from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
 from service.core.run.binding import BoundModel, bind_stages
 from service.core.run.context import Mode, RunQuery, RunServices, new_context
 from service.core.run.eventlog import EventLog
-from service.core.run.journal import JournaledRun, JournalEntry, Journaling, Replay, RunSteps
+from service.core.run.journal import (
+    DRAIN,
+    PARK,
+    JournaledRun,
+    JournalEntry,
+    Journaling,
+    Replay,
+    RunSteps,
+)
 from service.core.run.runner import execute
 from service.core.run.state import Accounting, Pricing, RunState
 from service.core.run.transcript import PastRun
 from service.core.run.turn import Ids, journaled_turns
 from service.core.run.window import fit_memory
-from service.core.values import RunRef
+from service.core.values import OpenWait, RunRef
 
 log = logging.getLogger("agw.runtime")
 
@@ -75,6 +88,7 @@ class RunOptions:
     currency: str = "USD"
     debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
     resume_attempts: int = 3  # a run resumed this often and lost again ends OWNER_LOST
+    park_after_s: float = 30.0  # a journaled run that only waits this long is parked; 0: never
     replica: str = ""  # this process, as `run.resume` names it
 
 
@@ -112,14 +126,30 @@ class RunLifecycle:
     )
     _finishing: set[asyncio.Task[None]] = field(default_factory=set)
     _journaling: Journaling | None = field(init=False, default=None)
+    # Parking: per run, its pending park check or (parked) its deadline's wake-up; the runs
+    # to park as soon as they only wait (they were parked before they resumed here); the
+    # parked runs asked to wake while their task was still stopping; the wakes under way.
+    _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _park_at_once: set[str] = field(default_factory=set)
+    _wake_pending: set[str] = field(default_factory=set)
+    _waking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.journal is not None:
             self._journaling = Journaling(self.journal)
+            if self.options.park_after_s > 0:
+                self.services.waits.observe(self._waits_changed)
+                self.services.waits.on_parked_answer = self.wake
 
     @property
     def active_runs(self) -> int:
+        """The runs this process executes now (not counting the parked ones)."""
         return len(self._active)
+
+    @property
+    def parked_runs(self) -> int:
+        """The runs of this process parked now: they wait, with no task."""
+        return sum(1 for run in self.bus.local_runs().values() if run.parked and not run.done)
 
     # -- admit, claim, prepare, launch -------------------------------------------------
 
@@ -233,7 +263,7 @@ class RunLifecycle:
         if journaling is not None:
             replay = Replay(journaled) if journaled is not None else None
             log.steps = RunSteps(run_id, journaling, replay)
-        return RunState(
+        run = RunState(
             log,
             agent.key,
             debug_level=(
@@ -242,6 +272,8 @@ class RunLifecycle:
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
             owner=command.principal,
         )
+        run.resumable = agent.resumable
+        return run
 
     async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
         image_input = bool(self.options.image_input and self.options.image_input(provider))
@@ -372,6 +404,14 @@ class RunLifecycle:
 
     def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
         self._active.discard(run)
+        if run.parked and not run.done:  # it waits with no task, until something wakes it
+            run.let_go(parked=True)
+            log.info("run %s parked", run.run_id)
+            if run.run_id in self._wake_pending:
+                self._wake_pending.discard(run.run_id)
+                self.wake(run.run_id)
+            return
+        self._cancel_timer(run.run_id)
         run.let_go()
         if not run.done:  # handed over (a drain): its journal goes on elsewhere
             log.info("run %s handed over", run.run_id)
@@ -486,29 +526,147 @@ class RunLifecycle:
         if journaled.ended:
             self._ended(run, recorder, agent.mode)
             return run
-        for start in reversed(run.log.open_blocks):  # what the interrupted steps left open
+        interrupted_blocks = run.log.open_blocks  # what the interrupted steps left open
+        for start in reversed(interrupted_blocks):
             out.emit(events.end_of(start))
-        if attempt > self.options.resume_attempts or not agent.resumable:
+        losses = journaled.losses
+        if losses > self.options.resume_attempts or not agent.resumable:
             why = (
-                f"the run could not go on after its process stopped {attempt} times"
+                f"the run could not go on after its process stopped {losses} times"
                 if agent.resumable
                 else f"agent {agent.key!r} does not resume its runs (resumable: false)"
             )
-            lost = OwnerLost(why, attempts=str(attempt - 1))
+            lost = OwnerLost(why, attempts=str(losses - 1))
             out.emit(events.run_error(lost.reason, lost.message, lost.metadata))
             self._ended(run, recorder, agent.mode)
             return run
         interrupted = ", ".join(sorted(journaled.started))
         out.emit(events.run_resume(reason, interrupted, self.options.replica, attempt))
         run.log.replay = run.log.steps.replay if run.log.steps is not None else None
+        if run.log.replay is not None:  # their steps run again, and open them again
+            run.log.replay.forget(interrupted_blocks)
         memory = remembered(
             [r for r in records if r.get("runId") != run_id], self.options.memory_runs
         )
         mode = self.modes[agent.mode]
         models = bind_stages(self.services.models, agent)
+        if journaled.parked:  # it was parked: park it again as soon as it waits again
+            self._park_at_once.add(run_id)
         self._execute(run, recorder, command, agent, mode, models, memory, record["parts"])
         log.info("run %s resumed (%s, attempt %d)", run_id, reason, attempt)
         return run
+
+    # -- park, wake --------------------------------------------------------------------
+
+    def _waits_changed(self, run_id: str, waits: list[OpenWait]) -> None:
+        """A run's waits opened or closed: when it waits, look whether to park it."""
+        if not waits or run_id in self._timers:
+            return
+        run = self.bus.local(run_id)
+        if run is None or run.parked or run not in self._active:
+            return
+        delay = 0.0 if run_id in self._park_at_once else self.options.park_after_s
+        loop = asyncio.get_running_loop()
+        self._timers[run_id] = loop.call_later(delay, self._park_if_idle, run)
+
+    def _park_if_idle(self, run: RunState) -> None:
+        """Park `run` if all it does is wait for answers; else look again later."""
+        run_id = run.run_id
+        self._timers.pop(run_id, None)
+        steps, journaling = run.log.steps, self._journaling
+        if run.done or run.parked or run not in self._active or not run.resumable:
+            return
+        if steps is None or journaling is None or journaling.failed:
+            return
+        waits = self.services.waits
+        if not waits.waiting(run_id):
+            return
+        loop = asyncio.get_running_loop()
+        if not steps.idle:  # it waits, and works on something else too
+            self._timers[run_id] = loop.call_later(
+                self.options.park_after_s, self._park_if_idle, run
+            )
+            return
+        self._park_at_once.discard(run_id)
+        steps.hand_over(PARK)
+        deadline = waits.park(run_id)
+        run.parked = True
+        run.waker = lambda: self.wake(run_id)
+        run.park()
+        if deadline is not None:
+            delay = max(0.0, deadline - time.time())
+            self._timers[run_id] = loop.call_later(delay, self.wake, run_id)
+
+    def wake(self, run_id: str) -> None:
+        """Run the parked run `run_id` again: it was answered, its wait's time is up, or it
+        is cancelled."""
+        run = self.bus.local(run_id)
+        if run is None or not run.parked or run_id in self._waking:
+            return
+        self._cancel_timer(run_id)
+        if run.task is not None:  # its task is still stopping: wake it once it has
+            self._wake_pending.add(run_id)
+            return
+        task = asyncio.create_task(self._wake(run), name=f"wake-{run_id}")
+        self._waking[run_id] = task
+        task.add_done_callback(lambda _: self._waking.pop(run_id, None))
+
+    async def _wake(self, run: RunState) -> None:
+        """Go on with parked `run` here, from its journal (as `resume` does, in its own log)."""
+        assert self.journal is not None and self._journaling is not None
+        run_id, chat_id = run.run_id, run.chat_id
+        recorder = self._recorders[chat_id]
+        try:
+            await self._journaling.flush()  # the answers it was given are journaled
+            journaled = await self.journal.load(run_id)
+            if journaled is None:
+                raise LookupError("its journal is gone")
+            record = journaled.record
+            command = QueryCommand.from_record(record["command"])
+            agent = AgentDefinition.model_validate(
+                record["agent"], context={"key": record["agentKey"]}
+            ).in_mode(record["mode"])
+            try:
+                records = await self.chats.read(chat_id)
+            except ChatNotFound:
+                records = []
+        except Exception as error:
+            log.exception("could not wake parked run %s", run_id)
+            failed = events.run_error("INTERNAL", f"the parked run could not go on ({error})")
+            self._end_parked(run, recorder, failed, "")
+            return
+        if run.cancel_reason:  # cancelled while parked: it ends without running again
+            self._end_parked(run, recorder, events.run_cancel(run.cancel_reason), agent.mode)
+            return
+        journaling = self._journaling
+        attempt = journaled.attempts + 1
+        replay = Replay(journaled)
+        run.log.steps = RunSteps(run_id, journaling, replay)
+        run.log.replay = replay
+        journaling.submit(JournalEntry(run_id, "resume", str(attempt), attempt=attempt))
+        options = self.options
+        run.accounting = Accounting(currency=options.currency, pricing=options.pricing)
+        recorder.follow_turns()
+        memory = remembered([r for r in records if r.get("runId") != run_id], options.memory_runs)
+        run.parked, run.waker = False, None
+        self._active.add(run)
+        mode, models = self.modes[agent.mode], bind_stages(self.services.models, agent)
+        self._execute(run, recorder, command, agent, mode, models, memory, record["parts"])
+        log.info("run %s woken (attempt %d)", run_id, attempt)
+
+    def _end_parked(
+        self, run: RunState, recorder: ChatRecorder, terminal: events.Event, mode: str
+    ) -> None:
+        """End parked `run` with `terminal`, without running it again."""
+        self.services.waits.close(run.run_id)
+        run.parked, run.waker = False, None
+        run.log.finish(terminal)
+        self._ended(run, recorder, mode)
+
+    def _cancel_timer(self, run_id: str) -> None:
+        timer = self._timers.pop(run_id, None)
+        if timer is not None:
+            timer.cancel()
 
     # -- drain -------------------------------------------------------------------------
 
@@ -527,9 +685,14 @@ class RunLifecycle:
         journaled = self._journaling is not None and not self._journaling.failed
         for run in list(self._active):
             if journaled and run.log.steps is not None:
+                run.log.steps.hand_over(DRAIN)
                 run.hand_over()
             else:
                 run.cancel("shutdown")
+        for run_id in list(self._timers):  # parked runs stay parked, in the journal
+            self._cancel_timer(run_id)
+        if self._waking:
+            await asyncio.wait(list(self._waking.values()), timeout=5.0)
         remaining = [r.task for r in self._active if r.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=5.0)
