@@ -161,7 +161,7 @@ QUOTA_COUNTERS: dict[str, Callable[[StateOptions], QuotaCounters]] = {
 }
 
 SPEND_LEDGERS: dict[str, Callable[[StateOptions], SpendLedger]] = {
-    "files": lambda o: FileSpendLedger(o.runs_dir),
+    "files": lambda o: FileSpendLedger(o.runs_dir, writer=o.writer),
     "memory": lambda o: LocalSpendLedger(),
     "postgres": lambda o: PostgresSpendLedger(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }

@@ -181,10 +181,14 @@ class JsonlChatStore:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         data = b"".join(encode_record(r) for r in records)
         if chat_id in self._checked and chat_id not in self._queued and self.fsync != "always":
-            self._append(chat_id, path, data)  # raises StoreFailed: nothing kept
-            for record in records:
-                self._index(chat_id, record)
-            return
+            try:
+                self._append(chat_id, path, data, create=False)  # StoreFailed: nothing kept
+            except FileNotFoundError:  # removed behind the store's back: made again in the thread
+                self._checked.discard(chat_id)
+            else:
+                for record in records:
+                    self._index(chat_id, record)
+                return
         # Listed at once (see `_view`); written in the writer's thread, after the appends
         # handed over before, with the other work of its batch. The summary follows the
         # write's outcome even when the caller stops waiting for it.
@@ -239,10 +243,15 @@ class JsonlChatStore:
             self._checked.add(chat_id)
         self._append(chat_id, path, data)
 
-    def _append(self, chat_id: str, path: Path, data: bytes) -> None:
-        """Append `data` to the chat's file (created or checked before)."""
+    def _append(self, chat_id: str, path: Path, data: bytes, *, create: bool = True) -> None:
+        """Append `data` to the chat's file (created or checked before); never creates it
+        unless `create` (in the writer's thread), else FileNotFoundError."""
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o640)
+        except FileNotFoundError:
+            if create:
+                raise StoreFailed(f"could not append to chat {chat_id!r}: no directory") from None
+            raise
         except OSError as error:
             raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
         try:

@@ -7,7 +7,8 @@ calls fsync. Work is grouped: what the stores submit while the thread is busy, a
 the short window (`window_s`) after the first submission to an idle thread, goes to
 the thread as one batch — one wake-up of the thread and one wake-up of the loop for
 many runs' writes, their outcomes handed back together. Work a caller waits for to go
-on (a read, a delete) is `urgent`: its batch leaves at once.
+on (a read, a delete, a journal batch) is `urgent`: its batch leaves at once, or as soon
+as the thread is done with the batch it has.
 
 Within a batch, the work of each lane (a store) runs in the order it was submitted;
 the lanes are independent. Consecutive items submitted to one `group` function of a
@@ -115,8 +116,10 @@ class DiskWriter:
             self._idle.clear()
         if urgent and not self._urgent:
             self._urgent = True
-            if not self._busy:
-                self._schedule(0.0)
+            if not self._busy:  # the thread is idle: to it now, with what is pending
+                if self._handle is not None:
+                    self._handle.cancel()
+                self._dispatch()
         elif self._handle is None and not self._busy:
             self._schedule(self.window_s)
         return work.future
