@@ -3,7 +3,9 @@
 The file stores (the JSONL chats, the run log, the spend ledger) hand their disk work
 to one `DiskWriter`, which runs it in a thread of its own, so that the event loop never
 waits for the disk, never creates a file and never calls fsync. (The run journal keeps
-a thread of its own: its batches, which readers wait for, never queue behind an fsync.) Work is grouped: what the stores submit while the thread is busy, and in
+a thread of its own: its batches, which readers wait for, never queue behind an fsync.)
+
+Work is grouped: what the stores submit while the thread is busy, and in
 the short window (`window_s`) after the first submission to an idle thread, goes to
 the thread as one batch — one wake-up of the thread and one wake-up of the loop for
 many runs' writes, their outcomes handed back together. Work a caller waits for to go
