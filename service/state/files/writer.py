@@ -9,7 +9,7 @@ Work is grouped: what the stores submit while the thread is busy, and in
 the short window (`window_s`) after the first submission to an idle thread, goes to
 the thread as one batch — one wake-up of the thread and one wake-up of the loop for
 many runs' writes, their outcomes handed back together. Work a caller waits for to go
-on (a read, a delete, a journal batch) is `urgent`: its batch leaves at once, or as soon
+on (a read, a delete) is `urgent`: its batch leaves at once, or as soon
 as the thread is done with the batch it has.
 
 Within a batch, the work of each lane (a store) runs in the order it was submitted;
