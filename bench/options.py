@@ -20,6 +20,7 @@ class Sizes:
     warmup_deltas: int = 50
     idle_streams: int = 1000  # RSS per open stream
     ttfe_calls: int = 200  # sequential calls, time to first event
+    ttft_ms: float = 20.0  # then as many with a provider whose first token takes this long
     latency_streams: int = 20  # light paced load: per-delta latency
     latency_deltas: int = 100
     latency_interval_ms: float = 20.0

@@ -53,7 +53,8 @@ USAGE_CHUNK = (
 class StreamSpec:
     """One stream: `deltas` deltas, `interval_ms` apart (0: all at once).
 
-    `phase_ms` delays the first delta (spreads paced streams over the interval);
+    `phase_ms` delays the first delta (spreads paced streams over the interval; unpaced,
+    it is the provider's time to first token);
     `hold_s` keeps the stream open and silent after the deltas (an idle stream).
     """
 
@@ -103,9 +104,11 @@ async def schedule(spec: StreamSpec) -> AsyncIterator[int]:
     """Yield once per delta, at its due time; the value is how late it is (ns).
 
     Due times are absolute (phase + i × interval from the start), so a late
-    delta does not push back the ones after it. Unpaced specs yield at once.
+    delta does not push back the ones after it. Unpaced specs yield at once, after `phase_ms`.
     """
     if spec.interval_ms <= 0:
+        if spec.phase_ms > 0:  # the first token's wait (a provider's TTFT), then all at once
+            await asyncio.sleep(spec.phase_ms / 1e3)
         for _ in range(spec.deltas):
             yield 0
         return

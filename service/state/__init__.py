@@ -65,6 +65,7 @@ from service.state.files.ledger import FileSpendLedger
 from service.state.files.run_log import FileRunLog
 from service.state.files.uploads import FileUploadStore
 from service.state.files.webhooks import FileWebhookStore
+from service.state.files.writer import DiskWriter
 from service.state.local.agents import LocalAgentStore
 from service.state.local.bus import LocalRunBus
 from service.state.local.quotas import LocalQuotaCounters, LocalSpendLedger
@@ -107,16 +108,18 @@ class StateOptions:
     stream_ttl_s: float = 600.0
     stream_maxlen: int = 100_000
     reply_timeout_s: float = 5.0
+    # The thread the file backends' disk work runs in, grouped (`files/writer.py`).
+    writer: DiskWriter = field(default_factory=DiskWriter, repr=False, compare=False)
 
 
 CHAT_STORES: dict[str, Callable[[StateOptions], ChatStore]] = {
-    "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync),
+    "jsonl": lambda o: JsonlChatStore(o.chats_dir, fsync=o.chat_fsync, writer=o.writer),
     "memory": lambda o: LocalChatStore(),
     "postgres": lambda o: PostgresChatStore(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }
 
 RUN_LOGS: dict[str, Callable[[StateOptions], RunLog]] = {
-    "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s),
+    "files": lambda o: FileRunLog(o.runs_dir, o.run_log_ttl_s, writer=o.writer),
     "memory": lambda o: LocalRunLog(o.run_log_ttl_s),
     "postgres": lambda o: PostgresRunLog(
         o.postgres_dsn, o.run_log_ttl_s, timeout_s=o.postgres_timeout_s
@@ -158,7 +161,7 @@ QUOTA_COUNTERS: dict[str, Callable[[StateOptions], QuotaCounters]] = {
 }
 
 SPEND_LEDGERS: dict[str, Callable[[StateOptions], SpendLedger]] = {
-    "files": lambda o: FileSpendLedger(o.runs_dir),
+    "files": lambda o: FileSpendLedger(o.runs_dir, writer=o.writer),
     "memory": lambda o: LocalSpendLedger(),
     "postgres": lambda o: PostgresSpendLedger(o.postgres_dsn, timeout_s=o.postgres_timeout_s),
 }

@@ -7,6 +7,7 @@ protobuf's own delimited streams write them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from google.protobuf.internal.decoder import _DecodeVarint32  # type: ignore[attr-defined]
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
@@ -17,13 +18,23 @@ from service.core.events import Event
 _PREFIXES = [_VarintBytes(n) for n in range(16384)]
 
 
+@runtime_checkable
+class Serialized(Protocol):
+    """A run's events that may hold their bytes already (the run's `EventLog`)."""
+
+    def serialized(self) -> list[bytes] | None: ...
+
+
 def encode_events(events: Sequence[Event]) -> bytes:
-    """`events` as length-delimited `agw.v1.Event` messages (a varint length before each)."""
+    """`events` as length-delimited `agw.v1.Event` messages (a varint length before each).
+
+    Events that hold their bytes already (`Serialized`, a journaled run's log) are not
+    serialised again."""
     prefixes, limit = _PREFIXES, len(_PREFIXES)
     parts: list[bytes] = []
     append = parts.append
-    for event in events:
-        raw = event.SerializeToString()
+    serialized = events.serialized() if isinstance(events, Serialized) else None
+    for raw in serialized if serialized is not None else (e.SerializeToString() for e in events):
         size = len(raw)
         append(prefixes[size] if size < limit else _VarintBytes(size))
         append(raw)

@@ -75,8 +75,12 @@ async def test_quick_run_reports_every_figure(
         assert isinstance(target["met"], bool) and isinstance(target["note"], str)
         assert _number(target["value"]), target
     goals = {t["name"]: t["goal"] for t in results["targets"]}
-    assert goals["CPU per delta, paced load (sustained)"] == "≤ 1.1× relay"
+    assert goals["CPU per delta, paced load (sustained)"] == "≤ 1.15× relay"
+    assert goals["CPU per 1-delta call (a run's fixed cost)"] == "≤ 2× relay"
     assert goals["added time to first delta p50"] == "≤ 1 ms"
+    assert goals["added time to first delta p50, provider TTFT 20 ms"] == "≤ 0.3 ms"
+    slow = {kind: figures["ttfe_slow_p50_ms"] for kind, figures in results["servers"].items()}
+    assert all(p50 >= QUICK.ttft_ms for p50 in slow.values()), slow  # the provider waited
 
     _check_rounds(results)
     _check_tracing(results["tracing"])

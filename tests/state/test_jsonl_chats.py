@@ -123,6 +123,66 @@ async def test_fsync_failure_makes_the_chat_read_only(tmp_path: Path, monkeypatc
         await store.append("c", [query("c", "r2")])
 
 
+async def test_no_file_is_created_or_fsynced_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    store = JsonlChatStore(tmp_path)
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    real_open, real_fsync = os.open, os.fsync
+
+    def watched_open(path, flags, *args):  # type: ignore[no-untyped-def]
+        if flags & os.O_CREAT and threading.get_ident() == loop_thread:
+            on_loop.append(f"open(O_CREAT) {path}")
+        return real_open(path, flags, *args)
+
+    def watched_fsync(fd: int) -> None:
+        if threading.get_ident() == loop_thread:
+            on_loop.append("fsync")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", watched_open)
+    monkeypatch.setattr(os, "fsync", watched_fsync)
+    chats = [f"chat{n}" for n in range(5)]
+    await asyncio.gather(*(store.append(c, [query(c, "r")]) for c in chats))
+    assert [await store.summary(c) is not None for c in chats] == [True] * 5
+    await asyncio.gather(*(store.append(c, [step(c, "r", 1)]) for c in chats))
+    await asyncio.gather(*(store.sync(c) for c in chats))  # the runs ending together
+    await store.close()
+    assert on_loop == []
+    assert [len(await store.read(c)) for c in chats] == [2] * 5
+
+
+async def test_a_failed_fsync_in_a_batch_fails_its_chat_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.state.files.chats import StoreFailed
+
+    store = JsonlChatStore(tmp_path)
+    chats = ["good1", "bad", "good2"]
+    for chat in chats:
+        await store.append(chat, [query(chat, "r")])
+    bad = os.stat(tmp_path / "bad.json").st_ino
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.fstat(fd).st_ino == bad:
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    outcomes = await asyncio.gather(*(store.sync(c) for c in chats), return_exceptions=True)
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], StoreFailed) and "durable" in str(outcomes[1])
+    monkeypatch.undo()
+    with pytest.raises(StoreFailed, match="read-only"):  # never trusted again
+        await store.append("bad", [step("bad", "r", 1)])
+    await store.append("good1", [step("good1", "r", 1)])
+    assert len(await store.read("good1")) == 2 and len(await store.read("bad")) == 1
+
+
 WRITER = """
 import asyncio, sys
 from pathlib import Path

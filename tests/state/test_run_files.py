@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from service.core import events
+from service.core.errors import StoreFailed
 from service.core.events import Event
+from service.core.run.eventlog import EventLog
+from service.core.run.journal import JournalEntry, Journaling
 from service.state.files.run_log import DATABASE, FileRunLog
-from service.state.framing import encode_events
+from service.state.framing import decode_events, encode_events
 
 RUN = "0123456789abcdef"
 
@@ -112,3 +117,73 @@ async def test_many_old_files_are_moved_in_batches(
     finally:
         await log.close()
     assert [name for name in os.listdir(tmp_path) if name.endswith(".events")] == []
+
+
+async def test_the_logs_of_runs_ending_together_are_one_transaction(tmp_path: Path) -> None:
+    log = FileRunLog(tmp_path, ttl_s=3600)
+    await log.open()
+    commits: list[int] = []
+    save_all = log._save_all
+
+    def counted(logs: list[tuple[str, bytes]]) -> None:
+        commits.append(len(logs))
+        save_all(logs)
+
+    log._save_all = counted  # type: ignore[method-assign]
+    ids = [f"{n:016x}" for n in range(1, 9)]
+    try:
+        await asyncio.gather(*(log.save(run_id, ended_run(run_id, run_id)) for run_id in ids))
+        assert commits == [8]
+        for run_id in ids:
+            assert await log.load(run_id) == ended_run(run_id, run_id)
+    finally:
+        await log.close()
+
+
+async def test_a_failed_batch_fails_every_run_in_it_and_keeps_none_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = FileRunLog(tmp_path, ttl_s=3600)
+    await log.open()
+    insert = log._insert
+
+    def failing(run_id: str, saved_at: float, data: bytes) -> None:
+        if run_id.endswith("2"):
+            raise sqlite3.OperationalError("database or disk is full")
+        insert(run_id, saved_at, data)
+
+    monkeypatch.setattr(log, "_insert", failing)
+    ids = [f"{n:016x}" for n in range(1, 4)]
+    try:
+        outcomes = await asyncio.gather(
+            *(log.save(run_id, ended_run(run_id, "x")) for run_id in ids), return_exceptions=True
+        )
+        assert all(isinstance(o, StoreFailed) for o in outcomes), outcomes
+        assert "disk is full" in str(outcomes[0])
+        monkeypatch.undo()
+        assert [await log.load(run_id) for run_id in ids] == [None, None, None]
+        await log.save(ids[0], ended_run(ids[0], "again"))  # a later batch is kept
+        assert await log.load(ids[0]) == ended_run(ids[0], "again")
+    finally:
+        await log.close()
+
+
+async def test_a_journaled_runs_log_is_kept_as_the_bytes_its_journal_wrote() -> None:
+    written: list[JournalEntry] = []
+
+    class Journal:
+        async def write(self, entries: Sequence[JournalEntry]) -> None:
+            written.extend(entries)
+
+    journaling = Journaling(Journal())
+    run_log = EventLog(RUN, "chat", journaling=journaling)
+    for event in ended_run(RUN, "hello"):
+        event.ClearField("seq")
+        run_log.emit(event)
+    await journaling.flush()
+    raw = [entry.data for entry in written if entry.kind == "event"]
+    assert [e.SerializeToString() for e in run_log] == raw
+    framed = encode_events(run_log)  # takes the journal's bytes
+    assert run_log.serialized() is None  # taken once, by the run log: not kept with the run
+    assert framed == encode_events(list(run_log))
+    assert decode_events(framed) == list(run_log)

@@ -87,6 +87,9 @@ class EventLog(Sequence[Event]):
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
         self.steps: RunSteps | None = None  # a journaled run's steps
+        # The bytes the journal wrote of each event, kept for the run log (`serialized`)
+        # so that no event is serialised twice; None once one is missing or they are taken.
+        self._raw: list[bytes] | None = [] if journaling is not None and not journaled else None
 
     # -- the sequence ------------------------------------------------------------------
 
@@ -166,9 +169,10 @@ class EventLog(Sequence[Event]):
             self._let_go()
         if self.journaling is not None:
             attempt = self.steps.attempt if self.steps is not None else 0
-            entry = JournalEntry(
-                self.run_id, "event", str(event.seq), event.SerializeToString(), attempt
-            )
+            raw = event.SerializeToString()
+            if self._raw is not None:
+                self._raw.append(raw)
+            entry = JournalEntry(self.run_id, "event", str(event.seq), raw, attempt)
             self.journaling.submit(entry, self, event.seq)
         elif self._waiters:
             self._wake()
@@ -190,6 +194,16 @@ class EventLog(Sequence[Event]):
         event after the other, what a resumed run's recorder saw."""
         self._track(event, event.WhichOneof("payload") or "")
         self._events.append(event)
+        self._raw = None
+
+    def serialized(self) -> list[bytes] | None:
+        """Each event's bytes as the journal wrote them, once, or None (not journaled, or
+        taken already): the run log keeps these rather than serialising the events again.
+        Taken at the run's end, they are not kept as long as the run is."""
+        raw, self._raw = self._raw, None
+        if raw is None or not self._done or len(raw) != len(self._events):
+            return None
+        return raw
 
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""

@@ -20,11 +20,15 @@ Durability and crash safety:
 - On read, a line that is not a JSON object is reported (file and line number)
   and skipped, never fatal. Old field names are read: `planSnapshot` → `plan`,
   and a plan's `plan` list → `tasks`.
-- One process writes a directory; appends to one chat are serialised. A line is
-  appended from the event loop (page-cache writes take microseconds), and a new
-  chat's file is created there too (its run is listed as soon as it starts);
-  fsyncs, reads and the first append to a file that exists (its tail checked)
-  run in a worker thread.
+- One process writes a directory; appends to one chat keep their call order. What
+  may cost the disk more than microseconds — creating a new chat's file, checking the
+  tail of a file written before, fsync, reading, deleting — runs in a disk writer
+  thread (`writer.py`), never on the event loop; the fsyncs of the runs ending
+  together go to the thread as one batch. An append to a file this process created
+  or checked, with nothing of its chat waiting in the thread, is one `write` from the
+  loop (page cache: microseconds), so that a full disk fails the run at once. A chat
+  is listed (`summary`, `page`) as soon as its first record is handed to the store; a
+  record whose append fails is taken out of its chat's summary again.
 """
 
 from __future__ import annotations
@@ -34,17 +38,22 @@ import errno
 import json
 import logging
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
 from service.core.errors import ChatNotFound, StoreFailed
 from service.core.ids import ANONYMOUS, Principal, check_chat_id, valid_chat_id
 from service.core.values import ChatSummary, Record
+from service.state.files.writer import DiskWriter
 from service.state.summaries import expired_of, page_of, summarize
 
 log = logging.getLogger("agw.store")
+
+T = TypeVar("T")
 
 FsyncPolicy = Literal["run", "always", "never"]
 
@@ -65,11 +74,16 @@ def upgrade_record(record: Record) -> Record:
 class JsonlChatStore:
     """The JSONL implementation of `ChatStore`."""
 
-    def __init__(self, directory: Path, *, fsync: FsyncPolicy = "run") -> None:
+    def __init__(
+        self, directory: Path, *, fsync: FsyncPolicy = "run", writer: DiskWriter | None = None
+    ) -> None:
         self.directory = directory
         self.fsync = fsync
-        self._summaries: dict[str, ChatSummary] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._writer = writer if writer is not None else DiskWriter(name="agw-chats")
+        self._summaries: dict[str, ChatSummary] = {}  # of the records written
+        self._unwritten: dict[str, list[list[Record]]] = {}  # records handed over, not written
+        self._queued: dict[str, int] = {}  # per chat, its work in the writer not done yet
+        # Kept by the writer's thread (and read, added to by appends on the loop):
         self._checked: set[str] = set()
         self._failed: set[str] = set()
         self._dirty: set[str] = set()
@@ -89,7 +103,7 @@ class JsonlChatStore:
     # Index ----------------------------------------------------------------------
 
     async def open(self) -> None:
-        await asyncio.to_thread(self.load_index)
+        await self._writer.call(self, self.load_index, urgent=True)
 
     def load_index(self) -> None:
         """Scan the directory once at start-up to build the chat summaries."""
@@ -104,39 +118,59 @@ class JsonlChatStore:
     def _index(self, chat_id: str, record: Record) -> None:
         summarize(self._summaries, chat_id, record)
 
+    def _view(self, chat_id: str) -> ChatSummary | None:
+        """The chat's summary, with the records handed over and not yet written."""
+        summary = self._summaries.get(chat_id)
+        unwritten = self._unwritten.get(chat_id)
+        if not unwritten:
+            return summary
+        view = {chat_id: replace(summary)} if summary is not None else {}
+        for records in unwritten:
+            for record in records:
+                summarize(view, chat_id, record)
+        return view[chat_id]
+
+    def _views(self) -> list[ChatSummary]:
+        if not self._unwritten:
+            return list(self._summaries.values())
+        views = [
+            self._view(chat_id) if chat_id in self._unwritten else summary
+            for chat_id, summary in self._summaries.items()
+        ]
+        views += [self._view(c) for c in self._unwritten if c not in self._summaries]
+        return [view for view in views if view is not None]
+
     async def summary(self, chat_id: str) -> ChatSummary | None:
-        return self._summaries.get(chat_id)
+        return self._view(chat_id)
 
     async def page(
         self, limit: int, cursor: str = "", *, owner: Principal = ANONYMOUS, name_contains: str = ""
     ) -> tuple[list[ChatSummary], str]:
-        return page_of(self._summaries.values(), limit, cursor, owner, name_contains)
+        return page_of(self._views(), limit, cursor, owner, name_contains)
 
     async def expired(self, before: int, limit: int) -> list[ChatSummary]:
-        return expired_of(self._summaries.values(), before, limit)
+        return expired_of(self._views(), before, limit)
 
     async def delete(self, chat_id: str) -> bool:
         """Remove the chat's file (and a torn line kept beside it) and forget the chat."""
         path = self.path(chat_id)
-        async with self._locks.setdefault(chat_id, asyncio.Lock()):  # after appends in flight
 
-            def remove() -> bool:
-                path.with_suffix(path.suffix + ".torn").unlink(missing_ok=True)
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    return False
-                return True
-
-            try:
-                existed = await asyncio.to_thread(remove)
-            except OSError as error:
-                raise StoreFailed(f"could not delete chat {chat_id!r}: {error}") from error
-            known = self._summaries.pop(chat_id, None) is not None
+        def remove() -> bool:
             for kept in (self._checked, self._failed, self._dirty):
                 kept.discard(chat_id)
-            self._paths.pop(chat_id, None)
-        self._locks.pop(chat_id, None)
+            path.with_suffix(path.suffix + ".torn").unlink(missing_ok=True)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+        try:  # after the appends handed over before
+            existed = await self._queue(chat_id, remove, urgent=True)
+        except OSError as error:
+            raise StoreFailed(f"could not delete chat {chat_id!r}: {error}") from error
+        known = self._summaries.pop(chat_id, None) is not None
+        self._paths.pop(chat_id, None)
         return existed or known
 
     # Writing --------------------------------------------------------------------
@@ -146,51 +180,80 @@ class JsonlChatStore:
         if chat_id in self._failed:
             raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         data = b"".join(encode_record(r) for r in records)
-        # Appending a line to a local file takes microseconds (the page cache): it is done
-        # in the loop, which also keeps appends in call order. So is a new chat's first
-        # append, which creates its file (tens of µs; up to ~0.5 ms where the file system
-        # must step over many deleted inodes): done in a worker thread, it let a run end
-        # before its chat was listed, and each of the thread's steps contended for the GIL
-        # with the run's first events anyway. fsync goes to a thread, and so does the first
-        # append to a file that exists (its tail is checked first).
-        lock = self._locks.setdefault(chat_id, asyncio.Lock())
-        async with lock:  # not while an fsync of the chat is running
+        if chat_id in self._checked and chat_id not in self._queued and self.fsync != "always":
             try:
-                if self.fsync == "always":
-                    await asyncio.to_thread(self._write, chat_id, path, data)
-                elif chat_id in self._checked:
-                    self._write(chat_id, path, data)
-                elif not self._create(chat_id, path, data):
-                    await asyncio.to_thread(self._write, chat_id, path, data)
-            except OSError as error:  # opening the file, checking its tail
-                raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
-        for record in records:
-            self._index(chat_id, record)
+                self._append(chat_id, path, data, create=False)  # StoreFailed: nothing kept
+            except FileNotFoundError:  # removed behind the store's back: made again in the thread
+                self._checked.discard(chat_id)
+            else:
+                for record in records:
+                    self._index(chat_id, record)
+                return
+        # Listed at once (see `_view`); written in the writer's thread, after the appends
+        # handed over before, with the other work of its batch. The summary follows the
+        # write's outcome even when the caller stops waiting for it.
+        self._unwritten.setdefault(chat_id, []).append(records)
+        written = self._queue(chat_id, self._write, chat_id, path, data)
+        written.add_done_callback(lambda done: self._written(chat_id, records, done))
+        try:
+            await asyncio.shield(written)
+        except OSError as error:  # opening the file, checking its tail
+            raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
 
-    def _create(self, chat_id: str, path: Path, data: bytes) -> bool:
-        """Write a new chat's file with `data`; False when it exists (or its directory does
-        not): `_write` then checks its tail (or makes the directory) first, in a thread."""
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o640)
-        except (FileExistsError, FileNotFoundError):
-            return False
-        try:
-            self._append_all(chat_id, fd, data)
-        except StoreFailed:
-            path.unlink(missing_ok=True)  # the file this call made: no chat rather than none
-            raise
-        finally:
-            os.close(fd)
-        self._checked.add(chat_id)
-        self._dirty.add(chat_id)
-        return True
+    def _queue(
+        self, chat_id: str, func: Callable[..., T], *args: Any, urgent: bool = False
+    ) -> asyncio.Future[T]:
+        """`func(*args)` in the writer's thread, counted as work of the chat until done."""
+        self._queued[chat_id] = self._queued.get(chat_id, 0) + 1
+        future = self._writer.call(self, func, *args, urgent=urgent)
+        future.add_done_callback(lambda _: self._dequeue(chat_id))
+        return future
+
+    def _dequeue(self, chat_id: str) -> None:
+        left = self._queued[chat_id] - 1
+        if left:
+            self._queued[chat_id] = left
+        else:
+            del self._queued[chat_id]
+
+    def _written(self, chat_id: str, records: list[Record], done: asyncio.Future[None]) -> None:
+        """The append of `records` is over: in the summary if it was written, else out."""
+        unwritten = self._unwritten.get(chat_id)
+        if unwritten is not None:
+            for index, handed in enumerate(unwritten):
+                if handed is records:
+                    del unwritten[index]
+                    break
+            if not unwritten:
+                del self._unwritten[chat_id]
+        if not done.cancelled() and done.exception() is None:
+            for record in records:
+                self._index(chat_id, record)
 
     def _write(self, chat_id: str, path: Path, data: bytes) -> None:
+        """In the writer's thread: append `data` to the chat's file, creating it (a new chat)
+        or checking its tail first (the first append to a file that exists)."""
+        if chat_id in self._failed:
+            raise StoreFailed(f"chat {chat_id!r} is read-only after a failed fsync")
         if chat_id not in self._checked:
+            if self._create(chat_id, path, data):
+                return
             self.directory.mkdir(parents=True, exist_ok=True)
             repair_torn_tail(path)
             self._checked.add(chat_id)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        self._append(chat_id, path, data)
+
+    def _append(self, chat_id: str, path: Path, data: bytes, *, create: bool = True) -> None:
+        """Append `data` to the chat's file (created or checked before); never creates it
+        unless `create` (in the writer's thread), else FileNotFoundError."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o640)
+        except FileNotFoundError:
+            if create:
+                raise StoreFailed(f"could not append to chat {chat_id!r}: no directory") from None
+            raise
+        except OSError as error:
+            raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
         try:
             self._append_all(chat_id, fd, data)
             if self.fsync == "always":
@@ -200,11 +263,32 @@ class JsonlChatStore:
         finally:
             os.close(fd)
 
+    def _create(self, chat_id: str, path: Path, data: bytes) -> bool:
+        """Write a new chat's file with `data`; False when it exists (or its directory does
+        not): `_write` then checks its tail (or makes the directory) first."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o640)
+        except (FileExistsError, FileNotFoundError):
+            return False
+        try:
+            self._append_all(chat_id, fd, data)
+            if self.fsync == "always":
+                self._fsync(chat_id, fd)
+        except StoreFailed:
+            path.unlink(missing_ok=True)  # the file this call made: no chat rather than none
+            raise
+        finally:
+            os.close(fd)
+        self._checked.add(chat_id)
+        if self.fsync != "always":
+            self._dirty.add(chat_id)
+        return True
+
     def _append_all(self, chat_id: str, fd: int, data: bytes) -> None:
         """Write all of `data` at the end of the file, or cut the file back to where it
         ended and raise `StoreFailed`. A write may store part of its buffer and return the
         count (a full disk): the rest is written next, and an error then is the failure.
-        One writer per file (the chat's lock): the append began at the size before it."""
+        One writer per file (the writer's thread): the append began at the size before it."""
         written = 0
         try:
             while written < len(data):
@@ -231,31 +315,39 @@ class JsonlChatStore:
             raise StoreFailed(f"could not make chat {chat_id!r} durable: {error}") from error
 
     async def sync(self, chat_id: str) -> None:
-        if self.fsync != "run" or chat_id not in self._dirty:
+        if self.fsync != "run" or (chat_id not in self._dirty and chat_id not in self._queued):
+            return
+        await self._queue(chat_id, self._sync, chat_id, self._written_path(chat_id))
+
+    def _sync(self, chat_id: str, path: Path) -> None:
+        """In the writer's thread: fsync the chat's file if an append left it dirty."""
+        if chat_id not in self._dirty:
             return
         self._dirty.discard(chat_id)
-        path = self._written_path(chat_id)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self._fsync(chat_id, fd)
+        finally:
+            os.close(fd)
 
-        def fsync() -> None:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                self._fsync(chat_id, fd)
-            finally:
-                os.close(fd)
-
-        async with self._locks.setdefault(chat_id, asyncio.Lock()):
-            await asyncio.to_thread(fsync)
+    def hurry(self) -> None:
+        """Write what was handed over now, without waiting for the rest of its batch."""
+        self._writer.hurry()
 
     async def close(self) -> None:
-        return None
+        await self._writer.drain()
 
     # Reading --------------------------------------------------------------------
 
     async def read(self, chat_id: str) -> list[Record]:
         path = self.path(chat_id)
-        if not path.exists():
-            raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
-        return await asyncio.to_thread(self._read_file, path)
+
+        def read() -> list[Record]:
+            if not path.exists():
+                raise ChatNotFound(f"no chat {chat_id!r}", chat_id=chat_id)
+            return self._read_file(path)
+
+        return await self._writer.call(self, read, urgent=True)  # after the appends before
 
     @staticmethod
     def _read_file(path: Path) -> list[Record]:

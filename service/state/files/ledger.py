@@ -1,21 +1,21 @@
 """The file `SpendLedger`: what model calls used, in one SQLite database beside the run log.
 
 `{dir}/spend.sqlite3` holds a row per (UTC day, tenant, API key, agent, model) with its
-calls, tokens and cost; each `add` is one transaction of upserts. One thread of its own
-runs every statement, so the event loop never waits for the disk.
+calls, tokens and cost. Every statement runs in the disk writer's thread (`writer.py`,
+shared with the chat store and the run log), so the event loop never waits for the
+disk; the `add`s of the runs ending together are one transaction of upserts.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from service.core.errors import StoreFailed
 from service.core.values import SpendEntry
+from service.state.files.writer import DiskWriter
 
 T = TypeVar("T")
 
@@ -44,10 +44,10 @@ SELECT = (
 class FileSpendLedger:
     """The spend ledger in `{directory}/spend.sqlite3`."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, writer: DiskWriter | None = None) -> None:
         self.directory = directory
         self._db: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-ledger")
+        self._writer = writer if writer is not None else DiskWriter(name="agw-ledger")
 
     @property
     def path(self) -> Path:
@@ -55,7 +55,7 @@ class FileSpendLedger:
 
     async def _run(self, func: Callable[..., T], *args: object) -> T:
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
+            return await self._writer.call(self, func, *args, urgent=True)
         except sqlite3.Error as error:
             raise StoreFailed(f"the spend ledger {self.path}: {error}") from error
 
@@ -73,14 +73,20 @@ class FileSpendLedger:
         self._db = db
 
     async def add(self, entries: Sequence[SpendEntry]) -> None:
-        rows = [(*e.where, e.calls, e.prompt_tokens, e.completion_tokens, e.cost) for e in entries]
-        await self._run(self._add, rows)
+        rows: list[tuple[object, ...]] = [
+            (*e.where, e.calls, e.prompt_tokens, e.completion_tokens, e.cost) for e in entries
+        ]
+        try:
+            await self._writer.group(self, self._add, rows)
+        except sqlite3.Error as error:
+            raise StoreFailed(f"the spend ledger {self.path}: {error}") from error
 
-    def _add(self, rows: list[tuple[object, ...]]) -> None:
+    def _add(self, batches: list[list[tuple[object, ...]]]) -> None:
         assert self._db is not None, "the spend ledger is not open"
         with self._db:
             self._db.execute("BEGIN")
-            self._db.executemany(UPSERT, rows)
+            for rows in batches:
+                self._db.executemany(UPSERT, rows)
 
     async def read(self, tenant: str | None, first_day: str, last_day: str) -> list[SpendEntry]:
         rows = await self._run(self._read, (first_day, last_day, tenant, tenant))
@@ -92,6 +98,6 @@ class FileSpendLedger:
 
     async def close(self) -> None:
         if self._db is not None:
+            await self._writer.drain()
             await self._run(self._db.close)
             self._db = None
-        self._thread.shutdown(wait=True)

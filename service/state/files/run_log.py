@@ -18,26 +18,29 @@ ones are kept once there is room); an I/O error (a failed fsync among them)
 makes the run log refuse every later save, since a file after a failed fsync
 is not to be trusted (the PostgreSQL "fsyncgate" lesson).
 
-One thread of its own runs every statement, so the event loop never waits for
-the disk and statements never overlap. Logs kept by earlier versions as
+Every statement runs in the disk writer's thread (`writer.py`, shared with the
+chat store), so the event loop never waits for the disk and statements never
+overlap. The logs of the runs ending together are inserted in one transaction
+(one commit for many runs); when it fails, every run of it fails alike and none
+of its rows is kept. A log given as the bytes its run's journal wrote
+(`Serialized`) is not serialised again. Logs kept by earlier versions as
 `{dir}/{runId}.events` files are moved into the database at start-up.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from service.core.errors import StoreFailed
 from service.core.events import Event
 from service.core.ids import valid_run_id
+from service.state.files.writer import DiskWriter
 from service.state.framing import decode_events, encode_events
 
 log = logging.getLogger("agw.store")
@@ -58,20 +61,20 @@ SCHEMA = (
 class FileRunLog:
     """Keeps and reads the event logs of ended runs in `{directory}/runs.sqlite3`."""
 
-    def __init__(self, directory: Path, ttl_s: float) -> None:
+    def __init__(self, directory: Path, ttl_s: float, *, writer: DiskWriter | None = None) -> None:
         self.directory = directory
         self.ttl_s = ttl_s
         self._last_prune = 0.0
         self._failed = ""  # why it keeps no more runs (an I/O error: never trusted again)
         self._db: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-run-log")
+        self._writer = writer if writer is not None else DiskWriter(name="agw-run-log")
 
     @property
     def path(self) -> Path:
         return self.directory / DATABASE
 
     async def _run(self, func: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
+        return await self._writer.call(self, func, *args, urgent=True)
 
     async def open(self) -> None:
         await self._run(self._open)
@@ -124,22 +127,31 @@ class FileRunLog:
     async def save(self, run_id: str, events: Sequence[Event]) -> None:
         if not valid_run_id(run_id):
             return
-        prune = time.monotonic() - self._last_prune > PRUNE_EVERY_S
-        await self._run(self._save, run_id, encode_events(events), prune)
+        if self._failed:  # no need to go to the thread to learn it
+            raise StoreFailed(f"the run log {self.path} is read-only after {self._failed}")
+        await self._writer.group(self, self._save_all, (run_id, encode_events(events)))
 
-    def _save(self, run_id: str, data: bytes, prune: bool) -> None:
+    def _save_all(self, logs: list[tuple[str, bytes]]) -> None:
+        """In the writer's thread: the logs of a batch of runs, in one transaction."""
         if self._failed:
             raise StoreFailed(f"the run log {self.path} is read-only after {self._failed}")
+        assert self._db is not None, "the run log is not open"
+        names = ", ".join(repr(run_id) for run_id, _ in logs[:3]) + (", …" if len(logs) > 3 else "")
+        names = f"run {names}" if len(logs) == 1 else f"runs {names} (saved together)"
+        saved_at = time.time()
         try:
-            self._insert(run_id, time.time(), data)
-            if prune:
+            with self._db:  # one transaction: all of them or none
+                self._db.execute("BEGIN")
+                for run_id, data in logs:
+                    self._insert(run_id, saved_at, data)
+            if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
                 self.prune()
         except sqlite3.Error as error:
             if getattr(error, "sqlite_errorcode", 0) & 0xFF == SQLITE_IOERR:
                 self._failed = f"an I/O error ({error})"
                 log.error("the run log %s failed (%s): it keeps no more runs", self.path, error)
             raise StoreFailed(
-                f"could not keep the log of run {run_id!r} in {self.path}: {error}"
+                f"could not keep the log of {names} in {self.path}: {error}"
             ) from error
 
     async def load(self, run_id: str) -> list[Event] | None:
@@ -188,7 +200,7 @@ class FileRunLog:
         return removed
 
     async def close(self) -> None:
+        await self._writer.drain()
         if self._db is not None:
             await self._run(self._db.close)
             self._db = None
-        self._thread.shutdown(wait=True)
