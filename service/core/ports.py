@@ -225,6 +225,12 @@ class RunJournal(Protocol):
         """Write `entries` durably, in order, as one batch."""
         ...
 
+    def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+        """Write `entries` as `write` does, at once on the event loop, if that takes no
+        waiting (no network, no lock held elsewhere, no fsync); False, having written
+        nothing, when it would (then `write` is called)."""
+        ...
+
     async def unfinished(self) -> list[str]:
         """The ids of the runs begun and not ended, oldest first."""
         ...

@@ -3,6 +3,7 @@ port, whatever keeps it), and the files one keeps it across a restart of its pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -113,3 +114,49 @@ async def test_a_run_handed_over_or_parked_is_not_counted_lost(journal: RunJourn
     await journal.write([JournalEntry("r1", "resume", "3", attempt=3)])  # woken
     kept = await journal.load("r1")
     assert kept is not None and (kept.losses, kept.parked) == (2, False)
+
+
+async def test_the_files_journal_commits_on_the_loop_and_hands_the_thread_what_would_wait(
+    tmp_path: Path,
+) -> None:
+    """A batch commits at once on the event loop, unless another process holds the write
+    lock or it is a run's end: then `write_now` writes nothing and says so, and the batch
+    is written by the thread (waiting for the lock) — in order, nothing lost."""
+    import sqlite3
+
+    from service.core.run.journal import Journaling
+    from service.state.files.journal import CHECKPOINT_EVERY, FileRunJournal
+    from service.state.files.sqlite import connect
+
+    journal = FileRunJournal(tmp_path)
+    await journal.open()
+    try:
+        logged = numbered(*(events.content_delta("c_1", f"d{n}") for n in range(3)))
+        assert journal.write_now([begin("r1"), *entries_of("r1", logged[:1])])
+        other = connect(journal.path)  # another process writing
+        other.execute("BEGIN IMMEDIATE")
+        assert not journal.write_now(entries_of("r1", logged[1:2]))
+        journaling = Journaling(journal)
+        journaling.submit(entries_of("r1", logged[1:2])[0])
+        journaling.submit(entries_of("r1", logged[2:])[0])
+        waiting = asyncio.ensure_future(journaling.flush())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # the thread waits for the other's lock
+        other.execute("COMMIT")
+        await asyncio.wait_for(waiting, 10)
+        kept = await journal.load("r1")
+        assert kept is not None and kept.events == logged
+        assert not journal.write_now([JournalEntry("r1", "end")])  # deletes: on the thread
+        other.close()
+        wal = journal.path.with_name(journal.path.name + "-wal")
+        sizes = []
+        for rounds in range(8):  # the thread checkpoints: the write-ahead log starts over
+            for n in range(CHECKPOINT_EVERY):
+                assert journal.write_now([step("r1", f"turn {rounds}.{n}", n)])
+            await asyncio.sleep(0.2)
+            sizes.append(wal.stat().st_size)
+        assert sizes[-1] < sizes[-3] * 1.15, sizes  # bounded: it stopped growing
+    finally:
+        await journal.close()
+    with sqlite3.connect(journal.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM journal_events").fetchone() == (3,)

@@ -175,6 +175,10 @@ async def test_a_journaled_runs_log_is_kept_as_the_bytes_its_journal_wrote() -> 
         async def write(self, entries: Sequence[JournalEntry]) -> None:
             written.extend(entries)
 
+        def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+            written.extend(entries)
+            return True
+
     journaling = Journaling(Journal())
     run_log = EventLog(RUN, "chat", journaling=journaling)
     for event in ended_run(RUN, "hello"):

@@ -145,12 +145,18 @@ class JournalWriter(Protocol):
 
     async def write(self, entries: Sequence[JournalEntry]) -> None: ...
 
+    def write_now(self, entries: Sequence[JournalEntry]) -> bool: ...
+
 
 class Journaling:
     """Writes the journal entries of a process's runs, in order, one batch per loop turn.
 
     A batch is written once the one before it is durable; then the events it held
-    are shown to their runs' readers (`EventLog.publish`).
+    are shown to their runs' readers (`EventLog.publish`). A journal that can make a
+    batch durable without waiting (`write_now`: a local SQLite file commits to its
+    write-ahead log in microseconds) writes it at the end of the loop turn that made
+    it, and its readers are woken in that same turn; otherwise, and whenever a batch
+    is still being written, a writer task writes the batches one after another.
     """
 
     def __init__(self, journal: JournalWriter) -> None:
@@ -158,6 +164,7 @@ class Journaling:
         self._pending: list[JournalEntry] = []
         self._published: dict[Readable, int] = {}  # of the pending batch: log -> its last seq
         self._writer: asyncio.Task[None] | None = None
+        self._due = False  # the end of this loop turn is to write the pending batch
         self.failed = False
 
     def submit(self, entry: JournalEntry, log: Readable | None = None, seq: int = 0) -> None:
@@ -165,10 +172,30 @@ class Journaling:
         self._pending.append(entry)
         if log is not None:
             self._published[log] = seq
-        if self._writer is None:
+        if self._writer is None and not self._due:
+            self._due = True
+            # What the rest of this loop turn adds goes in too.
+            asyncio.get_running_loop().call_soon(self._turn)
+
+    def _turn(self) -> None:
+        """Write the pending batch at once if the journal can, else start the writer task."""
+        self._due = False
+        if self._writer is not None or not self._pending:
+            return  # the writer task takes what is pending
+        batch, published = self._pending, self._published
+        try:
+            written = self.journal.write_now(batch)
+        except Exception:
+            self._failed()
+            written = True  # the runs go on unjournaled
+        if not written:
             self._writer = asyncio.get_running_loop().create_task(
                 self._write(), name="journal-writer"
             )
+            return
+        self._pending, self._published = [], {}
+        for event_log, seq in published.items():
+            event_log.publish(seq)
 
     async def _write(self) -> None:
         try:
@@ -179,18 +206,24 @@ class Journaling:
                 try:
                     await self.journal.write(batch)
                 except Exception:
-                    if not self.failed:
-                        log.exception("could not write the runs' journal; runs go on unjournaled")
-                    self.failed = True
+                    self._failed()
                 for event_log, seq in published.items():
                     event_log.publish(seq)
         finally:
             self._writer = None
 
+    def _failed(self) -> None:
+        if not self.failed:
+            log.exception("could not write the runs' journal; runs go on unjournaled")
+        self.failed = True
+
     async def flush(self) -> None:
         """Wait until everything submitted so far is written."""
-        while self._writer is not None:
-            await asyncio.shield(self._writer)
+        while self._writer is not None or self._pending:
+            if self._writer is not None:
+                await asyncio.shield(self._writer)
+            else:
+                self._turn()
 
 
 class Replay:

@@ -7,14 +7,23 @@ batch of entries is one transaction; the database is in WAL mode with
 power cut may lose the last batches, as the page cache would). When a run is
 kept (its log in the run log), its entries are deleted.
 
-One thread of its own runs every statement, so the event loop never waits for
-the disk and batches never overlap.
+A batch of events and steps is committed on the event loop (`write_now`): in WAL
+mode with `synchronous=NORMAL` a commit appends to the write-ahead log in the page
+cache and never calls fsync, so it costs microseconds and the run's readers are
+woken in the same loop turn. That connection never waits: it has no busy time-out
+(a lock held by another process sends the batch to the thread instead) and never
+checkpoints — the thread checkpoints the log every `CHECKPOINT_EVERY` commits, as
+it is the one that may fsync. Everything else — opening, reads, a run's end
+(deleting its entries), and a batch the loop could not write — runs on one thread
+of its own, one statement after another; a batch is never written while another
+is being written (`Journaling`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +37,11 @@ from service.state.files.sqlite import connect
 
 T = TypeVar("T")
 
+log = logging.getLogger("agw.journal")
+
 DATABASE = "journal.sqlite3"
+#: How many commits from the event loop between two checkpoints of the write-ahead log.
+CHECKPOINT_EVERY = 200
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS journal_runs ("
     " run_id TEXT PRIMARY KEY, chat_id TEXT NOT NULL, record TEXT NOT NULL,"
@@ -47,7 +60,9 @@ class FileRunJournal:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._db: sqlite3.Connection | None = None
+        self._db: sqlite3.Connection | None = None  # of the thread
+        self._now: sqlite3.Connection | None = None  # of the event loop: never waits
+        self._commits = 0  # on the event loop since the last checkpoint
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-journal")
         self._position = 0  # orders the steps of a run as they were journaled
 
@@ -76,13 +91,43 @@ class FileRunJournal:
             raise OSError(f"{self.path}: not a usable run journal ({error})") from error
         self._position = int(row[0])
         self._db = db
+        now = connect(self.path)
+        now.execute("PRAGMA busy_timeout = 0")
+        now.execute("PRAGMA wal_autocheckpoint = 0")
+        self._now = now
 
     async def write(self, entries: Sequence[JournalEntry]) -> None:
         await self._run(self._write, list(entries))
 
+    def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+        if self._now is None or any(entry.kind == "end" for entry in entries):
+            return False  # a run's end deletes all its entries: on the thread
+        try:
+            self._now.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                return False  # another process is writing: the thread waits for it
+            raise
+        self._commit(self._now, entries)
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY:
+            self._commits = 0
+            self._thread.submit(self._checkpoint)
+        return True
+
+    def _checkpoint(self) -> None:
+        try:
+            self._database().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except (sqlite3.Error, RuntimeError) as error:  # the next one may do better
+            log.warning("could not checkpoint the run journal %s: %s", self.path, error)
+
     def _write(self, entries: list[JournalEntry]) -> None:
         db = self._database()
-        db.execute("BEGIN")
+        db.execute("BEGIN IMMEDIATE")
+        self._commit(db, entries)
+
+    def _commit(self, db: sqlite3.Connection, entries: Sequence[JournalEntry]) -> None:
+        """Apply `entries` in the transaction begun on `db`, and commit it."""
         try:
             attempts = _attempts(db, {e.run_id for e in entries if e.kind != "begin"})
             for entry in entries:
@@ -170,6 +215,9 @@ class FileRunJournal:
         return self._db
 
     async def close(self) -> None:
+        if self._now is not None:
+            self._now.close()
+            self._now = None
         if self._db is not None:
             await self._run(self._db.close)
             self._db = None

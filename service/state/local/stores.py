@@ -130,6 +130,9 @@ class LocalRunJournal:
         return None
 
     async def write(self, entries: Sequence[JournalEntry]) -> None:
+        self.write_now(entries)
+
+    def write_now(self, entries: Sequence[JournalEntry]) -> bool:
         for entry in entries:
             if entry.kind == "begin":
                 record = json.loads(entry.data)
@@ -150,6 +153,7 @@ class LocalRunJournal:
                 run.attempts = max(run.attempts, int(entry.key))
             elif entry.kind == "end":
                 del self._runs[entry.run_id]
+        return True
 
     async def unfinished(self) -> list[str]:
         return list(self._runs)
