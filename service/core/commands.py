@@ -8,7 +8,7 @@ are plain JSON values here.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
@@ -79,7 +79,11 @@ class QueryCommand:
 
     def to_record(self) -> dict[str, Any]:
         """The command as JSON data (what a run's journal keeps of its query)."""
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _QUERY_FIELDS}
+        data["references"] = [
+            {name: getattr(r, name) for name in _REFERENCE_FIELDS} for r in self.references
+        ]
+        data["tools"] = list(self.tools)
         data["principal"] = self.principal.to_record()
         data["debug_level"] = None if self.debug_level is None else int(self.debug_level)
         return data
@@ -93,6 +97,10 @@ class QueryCommand:
         level = fields.get("debug_level")
         fields["debug_level"] = None if level is None else DebugLevel(level)
         return cls(**fields)
+
+
+_QUERY_FIELDS = tuple(QueryCommand.__dataclass_fields__)
+_REFERENCE_FIELDS = tuple(Reference.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)

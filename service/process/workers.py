@@ -50,6 +50,8 @@ def shared_state_problem(settings: Settings, count: int) -> str | None:
         for name, value in current.items()
         if value != SHARED_STATE[name]
     ]
+    if settings.run_journal == "files":  # one process's: each would resume the others'
+        wrong.append(f"AGW_RUN_JOURNAL=postgres (is {settings.run_journal_name})")
     if not wrong:
         return None
     return (

@@ -146,17 +146,53 @@ async def test_the_files_journal_commits_on_the_loop_and_hands_the_thread_what_w
         await asyncio.wait_for(waiting, 10)
         kept = await journal.load("r1")
         assert kept is not None and kept.events == logged
-        assert not journal.write_now([JournalEntry("r1", "end")])  # deletes: on the thread
+        assert journal.write_now([JournalEntry("r1", "end")])  # its events: swept later
+        assert await journal.load("r1") is None and await journal.unfinished() == []
+        assert journal.write_now([begin("r1")])  # (steps of a run again, for what follows)
         other.close()
         wal = journal.path.with_name(journal.path.name + "-wal")
         sizes = []
         for rounds in range(8):  # the thread checkpoints: the write-ahead log starts over
-            for n in range(CHECKPOINT_EVERY):
-                assert journal.write_now([step("r1", f"turn {rounds}.{n}", n)])
+            for n in range(CHECKPOINT_EVERY):  # as `Journaling` writes: at once, else by `write`
+                batch = [step("r1", f"turn {rounds}.{n}", n)]
+                if not journal.write_now(batch):  # a checkpoint is running
+                    await journal.write(batch)
             await asyncio.sleep(0.2)
             sizes.append(wal.stat().st_size)
         assert sizes[-1] < sizes[-3] * 1.15, sizes  # bounded: it stopped growing
     finally:
         await journal.close()
-    with sqlite3.connect(journal.path) as db:
-        assert db.execute("SELECT COUNT(*) FROM journal_events").fetchone() == (3,)
+    with sqlite3.connect(journal.path) as db:  # the ended run's events swept at the close
+        assert db.execute("SELECT COUNT(*) FROM journal_events").fetchone() == (0,)
+
+
+async def test_the_events_of_ended_runs_are_swept_with_others_and_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from service.state.files.journal import SWEEP_EVERY, FileRunJournal
+
+    def events_kept() -> int:
+        with sqlite3.connect(tmp_path / "journal.sqlite3") as db:
+            return int(db.execute("SELECT COUNT(*) FROM journal_events").fetchone()[0])
+
+    journal = FileRunJournal(tmp_path)
+    await journal.open()
+    logged = numbered(events.run_start("a"))
+    for n in range(SWEEP_EVERY):
+        run_id = f"r{n}"
+        await journal.write([begin(run_id), *entries_of(run_id, logged)])
+        await journal.write([JournalEntry(run_id, "end")])
+    await journal.write([begin("last"), *entries_of("last", logged)])
+    assert events_kept() == 1  # SWEEP_EVERY runs ended: their events deleted together
+    await journal.write([JournalEntry("last", "end")])
+    assert events_kept() == 1  # not yet
+    journal._ended.clear()  # as if the process stopped before its sweep
+    await journal.close()
+    again = FileRunJournal(tmp_path)
+    await again.open()
+    try:
+        assert events_kept() == 0 and await again.unfinished() == []
+    finally:
+        await again.close()

@@ -101,6 +101,9 @@ def test_shared_state_is_what_many_workers_need() -> None:
     assert "AGW_CHAT_STORE=postgres (is memory)" in str(
         shared_state_problem(shared.model_copy(update={"chat_store": "memory"}), 4)
     )
+    assert "AGW_RUN_JOURNAL=postgres (is files)" in str(  # a journal of one process
+        shared_state_problem(shared.model_copy(update={"run_journal": "files"}), 4)
+    )
 
 
 def test_a_restarted_worker_is_a_new_replica() -> None:

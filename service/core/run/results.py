@@ -7,7 +7,7 @@ see it when the turn ends.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.model import Usage
@@ -54,9 +54,13 @@ class TurnResult:
     cost: float = 0.0  # of the call, in the price table's currency, when priced
 
     def to_json(self) -> dict[str, Any]:
-        """The turn as JSON data (a step's result in the run's journal)."""
-        data = asdict(self)
-        data["usage"] = asdict(self.usage) if self.usage is not None else None
+        """The turn as JSON data (a step's result in the run's journal), as `asdict` would
+        give it; its lists are new, their JSON values shared (a turn is not changed once
+        done, and its result is serialised at once)."""
+        data = {name: getattr(self, name) for name in _TURN_FIELDS}
+        data["tool_calls"] = [_fields_of(call, _CALL_FIELDS) for call in self.tool_calls]
+        data["usage"] = _fields_of(self.usage, _USAGE_FIELDS) if self.usage is not None else None
+        data["signatures"] = list(self.signatures)
         return data
 
     @classmethod
@@ -66,3 +70,12 @@ class TurnResult:
         usage = fields.get("usage")
         fields["usage"] = Usage(**usage) if usage is not None else None
         return cls(**fields)
+
+
+def _fields_of(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in names}
+
+
+_TURN_FIELDS = tuple(TurnResult.__dataclass_fields__)
+_CALL_FIELDS = tuple(ToolCall.__dataclass_fields__)
+_USAGE_FIELDS = tuple(Usage.__dataclass_fields__)

@@ -7,24 +7,37 @@ batch of entries is one transaction; the database is in WAL mode with
 power cut may lose the last batches, as the page cache would). When a run is
 kept (its log in the run log), its entries are deleted.
 
-A batch of events and steps is committed on the event loop (`write_now`): in WAL
+A small batch of events and steps is committed on the event loop (`write_now`): in WAL
 mode with `synchronous=NORMAL` a commit appends to the write-ahead log in the page
 cache and never calls fsync, so it costs microseconds and the run's readers are
 woken in the same loop turn. That connection never waits: it has no busy time-out
 (a lock held by another process sends the batch to the thread instead) and never
 checkpoints — the thread checkpoints the log every `CHECKPOINT_EVERY` commits, as
-it is the one that may fsync. Everything else — opening, reads, a run's end
-(deleting its entries), and a batch the loop could not write — runs on one thread
-of its own, one statement after another; a batch is never written while another
-is being written (`Journaling`).
+it is the one that may fsync (a RESTART checkpoint: while it runs, the loop's
+batches go to the thread, after it; then the log starts over, so it never grows
+past about `CHECKPOINT_EVERY` commits). Everything else — opening, reads, a batch the loop
+could not write — runs on one thread of its own, one statement after another; a
+batch is never written while another is being written (`Journaling`).
+
+A run's end deletes its row and its steps at once (it is no longer unfinished, and
+`load` knows it no more); its events, many rows, are deleted by the thread with
+those of the other runs ended in the meantime (`SWEEP_EVERY` runs or
+`SWEEP_AFTER_S`), and at the next start if the process stopped before.
+
+While the service's process holds the journal alone (an exclusive lock on
+`journal.sqlite3.lock`; workers sharing the file do not), it knows how often each of
+its runs resumed without asking the database on every batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +55,13 @@ log = logging.getLogger("agw.journal")
 DATABASE = "journal.sqlite3"
 #: How many commits from the event loop between two checkpoints of the write-ahead log.
 CHECKPOINT_EVERY = 200
+#: The largest batch committed on the event loop: a busier loop turn's batch goes to the
+#: thread, which works beside the loop (and takes in one transaction what the loop adds
+#: meanwhile).
+WRITE_NOW_MAX = 8
+#: The events of ended runs are deleted once this many runs ended, or after this long.
+SWEEP_EVERY = 64
+SWEEP_AFTER_S = 1.0
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS journal_runs ("
     " run_id TEXT PRIMARY KEY, chat_id TEXT NOT NULL, record TEXT NOT NULL,"
@@ -63,6 +83,10 @@ class FileRunJournal:
         self._db: sqlite3.Connection | None = None  # of the thread
         self._now: sqlite3.Connection | None = None  # of the event loop: never waits
         self._commits = 0  # on the event loop since the last checkpoint
+        self._ended: list[str] = []  # runs ended whose events are still to delete
+        self._swept = time.monotonic()
+        self._lock: int | None = None  # the file held while this process holds it alone
+        self._attempts: dict[str, int] | None = None  # known, while held alone
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-journal")
         self._position = 0  # orders the steps of a run as they were journaled
 
@@ -91,6 +115,8 @@ class FileRunJournal:
             raise OSError(f"{self.path}: not a usable run journal ({error})") from error
         self._position = int(row[0])
         self._db = db
+        self._sweep_orphans()
+        self._hold_alone()
         now = connect(self.path)
         now.execute("PRAGMA busy_timeout = 0")
         now.execute("PRAGMA wal_autocheckpoint = 0")
@@ -100,24 +126,26 @@ class FileRunJournal:
         await self._run(self._write, list(entries))
 
     def write_now(self, entries: Sequence[JournalEntry]) -> bool:
-        if self._now is None or any(entry.kind == "end" for entry in entries):
-            return False  # a run's end deletes all its entries: on the thread
+        if self._now is None or len(entries) > WRITE_NOW_MAX:
+            return False  # a large batch is written on the thread, beside the loop's work
         try:
             self._now.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             if error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
-                return False  # another process is writing: the thread waits for it
+                return False  # another connection is writing: the thread waits for it
             raise
         self._commit(self._now, entries)
         self._commits += 1
         if self._commits >= CHECKPOINT_EVERY:
             self._commits = 0
             self._thread.submit(self._checkpoint)
+        if self._sweep_due():
+            self._thread.submit(self._sweep, self._take_ended())
         return True
 
     def _checkpoint(self) -> None:
         try:
-            self._database().execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._database().execute("PRAGMA wal_checkpoint(RESTART)")
         except (sqlite3.Error, RuntimeError) as error:  # the next one may do better
             log.warning("could not checkpoint the run journal %s: %s", self.path, error)
 
@@ -125,11 +153,83 @@ class FileRunJournal:
         db = self._database()
         db.execute("BEGIN IMMEDIATE")
         self._commit(db, entries)
+        if self._sweep_due():
+            self._sweep(self._take_ended())
+
+    # The events of ended runs -----------------------------------------------------
+
+    def _sweep_due(self) -> bool:
+        return len(self._ended) >= SWEEP_EVERY or (
+            bool(self._ended) and time.monotonic() - self._swept >= SWEEP_AFTER_S
+        )
+
+    def _take_ended(self) -> list[str]:
+        ended, self._ended = self._ended, []
+        self._swept = time.monotonic()
+        return ended
+
+    def _sweep(self, run_ids: list[str]) -> None:
+        """Delete the events of `run_ids` (ended runs), on the thread."""
+        try:
+            db = self._database()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "DELETE FROM journal_events WHERE run_id = ?", [(r,) for r in run_ids]
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, RuntimeError) as error:  # left for the next start
+            log.warning("could not delete ended runs' events from %s: %s", self.path, error)
+
+    def _sweep_orphans(self) -> None:
+        """Delete the events of runs that ended before the process stopped."""
+        db = self._database()
+        db.execute(
+            "DELETE FROM journal_events WHERE run_id NOT IN (SELECT run_id FROM journal_runs)"
+        )
+
+    # How often each run resumed -----------------------------------------------------
+
+    def _hold_alone(self) -> None:
+        """Take the journal's lock if no other process holds the journal."""
+        fd = os.open(self.path.with_name(DATABASE + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another process has it too: ask the database on every batch
+            os.close(fd)
+            log.warning(
+                "the run journal %s is open in another process too; each service process "
+                "should have a runs directory of its own (AGW_RUNS_DIR)",
+                self.path,
+            )
+            return
+        self._lock = fd
+        self._attempts = {}
+
+    def _known_attempts(
+        self, db: sqlite3.Connection, entries: Sequence[JournalEntry]
+    ) -> dict[str, int]:
+        """How often the runs of `entries` have resumed (what the journal holds); while the
+        process holds the journal alone, kept in memory and asked of it once a run."""
+        run_ids = {e.run_id for e in entries if e.kind != "begin"}
+        known = self._attempts
+        if known is None:
+            return _attempts(db, run_ids)
+        for entry in entries:
+            if entry.kind == "begin":
+                known[entry.run_id] = 0
+        unknown = run_ids - known.keys()
+        if unknown:
+            known.update(_attempts(db, unknown))
+        return known
 
     def _commit(self, db: sqlite3.Connection, entries: Sequence[JournalEntry]) -> None:
         """Apply `entries` in the transaction begun on `db`, and commit it."""
         try:
-            attempts = _attempts(db, {e.run_id for e in entries if e.kind != "begin"})
+            attempts = self._known_attempts(db, entries)
             for entry in entries:
                 if entry.kind not in ("begin", "resume") and entry.attempt < attempts.get(
                     entry.run_id, 0
@@ -170,13 +270,18 @@ class FileRunJournal:
                 (run_id, entry.key, entry.data.decode()),
             )
         elif entry.kind == "resume":
+            if self._attempts is not None:
+                self._attempts[run_id] = max(self._attempts.get(run_id, 0), int(entry.key))
             db.execute(
                 "UPDATE journal_runs SET attempts = MAX(attempts, ?) WHERE run_id = ?",
                 (int(entry.key), run_id),
             )
-        elif entry.kind == "end":
-            for table in ("journal_runs", "journal_events", "journal_steps"):
+        elif entry.kind == "end":  # its events: swept with others' (`_sweep`)
+            for table in ("journal_runs", "journal_steps"):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self._ended.append(run_id)
+            if self._attempts is not None:
+                self._attempts.pop(run_id, None)
 
     async def unfinished(self) -> list[str]:
         return await self._run(self._unfinished)
@@ -219,8 +324,13 @@ class FileRunJournal:
             self._now.close()
             self._now = None
         if self._db is not None:
+            if self._ended:
+                await self._run(self._sweep, self._take_ended())
             await self._run(self._db.close)
             self._db = None
+        if self._lock is not None:
+            os.close(self._lock)  # lets go of the lock
+            self._lock = None
         self._thread.shutdown(wait=True)
 
 
