@@ -73,6 +73,8 @@ class RunState:
         # Set when another replica declared this process lost and took the run over: the
         # run is cancelled here and nothing more of it is written (chat records, run log).
         self.fenced = False
+        # Whether its agent lets it resume in another process (`"resumable"`, default true).
+        self.resumable = True
         self.started_at = time.monotonic()
         # A summary of the chat's oldest turns made in this run (service/core/run/window.py),
         # {"text", "through"}: written into the run's next chat record, then cleared.

@@ -1,0 +1,118 @@
+"""A draining replica hands its journaled runs over: another one takes each over at once.
+
+On SIGTERM a replica of the Redis run bus stops its runs that can resume elsewhere
+(journaled, of an agent that resumes) after its drain delay, and hands each over: its
+lease let go and its id queued, so that a replica that is not draining declares it lost
+and resumes it at once, not after the lease expired. The clients streaming from the
+draining replica get RUN_HANDED_OVER and re-attach anywhere from their last seq; its
+followers elsewhere see one run: `run.resume` (reason `drain`) and the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from agw.v1 import gateway_pb2 as gw
+
+from service.providers.loopback import LoopbackProvider
+from tests.bus.conftest import rest, started, until
+from tests.bus.test_owner_failure import OPEN, status_of, stream_of
+from tests.bus.test_replicas import gated
+from tests.core.tools.kit import answer_turn, kinds
+from tests.transport.test_query import error_info
+from tests.transport.test_server import assert_closed
+
+LEASE_S = 10.0  # long: a hand-over that waited for the lease to expire would show
+
+
+async def test_a_draining_replica_hands_its_run_over_and_another_takes_it_at_once(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script, answer_turn("fresh ", "answer"))
+    async with started(
+        tmp_path, provider, redis_url, lease_ttl_s=LEASE_S, journal=True
+    ) as replicas:
+        a, b = replicas["A"], replicas["B"]
+        call = a.query("plain", "go")
+        on_a: list[Any] = []
+        delta = await until(call, "content.delta", on_a)
+        run_id = delta.run_id
+        following = b.stub.Attach(gw.AttachRequest(run_id=run_id))
+        on_b: list[Any] = []
+        await until(following, "content.delta", on_b)
+        began = time.monotonic()
+        stopping = asyncio.create_task(a.server.stop(30.0, 0.0))  # SIGTERM, no delay
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            async for event in call:
+                on_a.append(event)
+        on_b += await rest(following)
+        took = time.monotonic() - began
+        await stopping
+        again = await b.attach(run_id, on_a[-1].seq)  # where A's client goes on
+        first.set()
+    assert moved.value.code() == grpc.StatusCode.UNAVAILABLE
+    info = error_info(moved.value)
+    assert info.reason == "RUN_HANDED_OVER"
+    assert dict(info.metadata) == {"run_id": run_id, "after_seq": str(on_a[-1].seq)}
+    assert on_a == on_b[: len(on_a)] and kinds(on_a) == OPEN
+    assert kinds(on_b) == [
+        *OPEN,
+        "content.end",  # the interrupted turn's block
+        "run.resume",
+        "content.start",
+        "content.delta",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    resume = on_b[len(OPEN) + 1].run_resume
+    assert (resume.reason, resume.attempt, resume.step) == ("drain", 1, "turn 1")
+    assert resume.replica in ("B", "C")
+    assert took < LEASE_S / 2, took  # taken over at once, not once A's lease expired
+    assert [*on_a, *again] == on_b
+    assert_closed(on_b)
+    assert await stream_of(redis_url, run_id) == on_b
+    assert await status_of(redis_url, run_id) == "ended"
+
+
+async def test_a_run_handed_over_more_often_than_its_resume_attempts_still_completes(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """A rolling restart moves a run as often as it takes: a hand-over is not a loss of its
+    process, so it does not count against AGW_RESUME_ATTEMPTS (3 here)."""
+    names = ("A", "B", "C", "D", "E", "F")
+    turns = [gated(f"t{n} ", "end") for n in range(5)]
+    provider.enqueue(*(script for script, _ in turns))
+    async with started(
+        tmp_path, provider, redis_url, names, lease_ttl_s=LEASE_S, journal=True
+    ) as replicas:
+        call = replicas["A"].query("plain", "go")
+        seen: list[Any] = []
+        run_id = (await until(call, "content.delta", seen)).run_id
+        owner, stopped = "A", set()
+        for n in range(4):  # the owner drains, another one resumes the run: four times
+            await replicas[owner].server.stop(30.0, 0.0)
+            stopped.add(owner)
+            watch = next(r for name, r in replicas.members.items() if name not in stopped)
+            following = watch.stub.Attach(gw.AttachRequest(run_id=run_id, after_seq=seen[-1].seq))
+            resumed = await until(following, "run.resume", seen)
+            owner = resumed.run_resume.replica
+            await until(following, "content.delta", seen)
+            following.cancel()
+            assert resumed.run_resume.attempt == n + 1
+        turns[4][1][0].set()
+        seen += await replicas[owner].attach(run_id, seen[-1].seq)
+        for _, gates in turns[:4]:
+            gates[0].set()
+    resumes = [e.run_resume for e in seen if e.type == "run.resume"]
+    assert [(r.reason, r.attempt) for r in resumes] == [("drain", n) for n in (1, 2, 3, 4)]
+    assert len({r.replica for r in resumes}) == 4 and "A" not in {r.replica for r in resumes}
+    assert seen[-1].type == "run.complete"
+    assert_closed(seen)
+    assert await stream_of(redis_url, run_id) == seen
