@@ -16,9 +16,10 @@
 6. **Release**: `retention_s` after its end the run is forgotten (it is then
    re-joined from the run log).
 7. **Drain**: no new run; a journaled run that another replica can go on with at once
-   (the run bus says so) is handed over after a short delay (for load balancers to
-   see the service's health say NOT_SERVING); the others get a grace period, then are
-   handed over (journaled: to resume when a process starts again) or cancelled.
+   (the run bus knows one up and not draining) is handed over after a short delay (for
+   load balancers to see the service's health say NOT_SERVING); the others get a grace
+   period, then are handed over (journaled: to resume when a process starts again) or
+   cancelled.
 """
 
 from __future__ import annotations
@@ -534,27 +535,29 @@ class RunLifecycle:
 
     async def drain(self, grace_s: float, delay_s: float = 0.0) -> None:
         """Refuse new runs; hand over, after `delay_s`, the runs another replica can go on
-        with at once (journaled runs of agents that resume, when the bus hands runs over);
-        let the others finish within `grace_s`, then hand them over too (journaled runs: they
-        stop without ending, to resume in another process or after the restart) or cancel
-        them."""
+        with at once (journaled runs of agents that resume, when the bus says a replica not
+        draining is up); let the others finish within `grace_s`, then hand them over too
+        (journaled runs: they stop without ending, to resume in another process or after the
+        restart) or cancel them."""
         self.draining = True
-        at_once = self.bus.drain()  # and this replica takes no run over from now on
+        started = time.monotonic()
+        await self.bus.drain()  # and this replica takes no run over from now on
         active = list(self._active)
         if active:
-            movable = [r for r in active if at_once and self._movable(r)]
+            movable = [r for r in active if self._movable(r)]
             log.info(
-                "draining %d active runs (%d to hand over after %.1fs, grace %.1fs)",
+                "draining %d active runs (%d may be handed over after %.1fs, grace %.1fs)",
                 len(active),
                 len(movable),
                 min(delay_s, grace_s),
                 grace_s,
             )
-            started = time.monotonic()
             if movable:
-                await _until_ended(movable, min(delay_s, grace_s))
-                for run in list(self._active):  # also one resumed here meanwhile
-                    if self._movable(run):
+                await _until_ended(movable, min(delay_s, grace_s) - (time.monotonic() - started))
+                movable = [r for r in self._active if self._movable(r)]  # and ones resumed here
+                if movable and await self.bus.can_hand_over():
+                    log.info("handing %d runs over to other replicas", len(movable))
+                    for run in movable:
                         run.hand_over()
             rest = [r for r in self._active if not (r.done or r.cancel_reason)]
             await _until_ended(rest, grace_s - (time.monotonic() - started))

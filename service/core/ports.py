@@ -149,10 +149,15 @@ class RunBus(Protocol):
         A bus that knows only this process's runs never finds an owner lost."""
         ...
 
-    def drain(self) -> bool:
-        """This process is stopping: from now on it takes over no run of another replica.
-        True when a run it hands over (`hand_over`) can go on at once on another replica;
-        False when it resumes only once a process starts again on the journal."""
+    async def drain(self) -> None:
+        """This process is stopping: from now on it takes over no run of another replica
+        (and other replicas know it)."""
+        ...
+
+    async def can_hand_over(self) -> bool:
+        """Whether a run this process hands over (`hand_over`) can go on at once elsewhere:
+        another replica is up and not draining. A bus that knows only this process's runs
+        never can (they resume once a process starts again on the journal)."""
         ...
 
     async def hand_over(self, run: RunState) -> None:

@@ -116,3 +116,28 @@ async def test_a_run_handed_over_more_often_than_its_resume_attempts_still_compl
     assert seen[-1].type == "run.complete"
     assert_closed(seen)
     assert await stream_of(redis_url, run_id) == seen
+
+
+async def test_with_no_other_replica_up_a_draining_one_lets_its_runs_finish_in_the_grace(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """A run handed over with nobody to take it would wait for a replica to start: when the
+    others are gone (or drain too, as when the whole service stops), the runs keep their
+    grace period and end as usual."""
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script)
+    async with started(
+        tmp_path, provider, redis_url, ("A", "B"), lease_ttl_s=LEASE_S, journal=True
+    ) as replicas:
+        a = replicas["A"]
+        call = a.query("plain", "go")
+        seen: list[Any] = []
+        await until(call, "content.delta", seen)
+        await replicas["B"].server.stop(30.0, 0.0)
+        stopping = asyncio.create_task(a.server.stop(30.0, 0.0))
+        await asyncio.sleep(0.5)  # past the drain delay: nothing was handed over
+        first.set()
+        seen += await rest(call)
+        await stopping
+    assert kinds(seen) == [*OPEN, "content.delta", "content.end", "run.complete"]
+    assert_closed(seen)

@@ -45,7 +45,10 @@ class LocalRunBus:
     def on_lost(self, resume: Callable[[str, str], Awaitable[RunState | None]]) -> None:
         return None  # this process's runs only: their owner is never lost to it
 
-    def drain(self) -> bool:
+    async def drain(self) -> None:
+        return None
+
+    async def can_hand_over(self) -> bool:
         return False  # a run handed over resumes when the service starts again
 
     async def hand_over(self, run: RunState) -> None:

@@ -111,6 +111,7 @@ class RedisRunBus:
 
     async def open(self) -> None:
         await self.redis.set(self.keys.alive(self.replica_id), "1", px=self.link.lease_ms)
+        await self.redis.sadd(self.keys.replicas, self.replica_id)
         await self.epoch.check()  # made now (with its window) on a Redis that has none
         for script in (scripts.APPEND, scripts.RENEW):  # called with EVALSHA in pipelines
             await self.redis.script_load(script)
@@ -155,7 +156,10 @@ class RedisRunBus:
         await self._outbox.close()
         self._loops = []
         try:
-            await self.redis.delete(self.keys.alive(self.replica_id))
+            await self.redis.delete(
+                self.keys.alive(self.replica_id), self.keys.draining(self.replica_id)
+            )
+            await self.redis.srem(self.keys.replicas, self.replica_id)
         except (RedisError, OSError) as error:
             log.warning("replica %s: could not sign off (%s)", self.replica_id, error)
         await self.redis.aclose()
@@ -211,9 +215,17 @@ class RedisRunBus:
         finally:
             self._adopting.pop(run_id, None)
 
-    def drain(self) -> bool:
-        self.leases.draining = True
-        return True
+    async def drain(self) -> None:
+        try:
+            await self.leases.drain()
+        except BusUnavailable as error:  # it drains all the same; others may not know it
+            log.warning("replica %s drains; could not say so (%s)", self.replica_id, error)
+
+    async def can_hand_over(self) -> bool:
+        try:
+            return await self.leases.others_up()
+        except BusUnavailable:
+            return False  # nobody could take a run over now: the runs keep their grace
 
     async def hand_over(self, run: RunState) -> None:
         owned = self._runs.get(run.run_id)

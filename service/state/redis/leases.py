@@ -48,6 +48,8 @@ from service.state.redis.owned import Owned, OwnedRuns
 
 log = logging.getLogger("agw.bus")
 
+DRAINING_MS = 3_600_000  # a draining replica's mark outlives any drain (deleted at close)
+
 
 class Leases:
     """The leases of this replica's runs, and the ending of runs whose owner was lost."""
@@ -74,13 +76,15 @@ class Leases:
 
     async def renew(self) -> None:
         """After a third of the lease: renew the leases of the live runs, and this replica's
-        liveness; a run whose fence changed was taken over, and is fenced here."""
+        liveness (and its place in the set of replicas); a run whose fence changed was taken
+        over, and is fenced here."""
         link = self._link
         await asyncio.sleep(link.lease_ttl_s / 3)
         await link.writable()
         owned = self._runs.live()
         pipe = link.redis.pipeline(transaction=False)
         pipe.set(link.keys.alive(link.replica_id), "1", px=link.lease_ms)
+        pipe.sadd(link.keys.replicas, link.replica_id)  # again, if Redis lost its data
         for o in owned:
             run_id = o.run.run_id
             lease = f"{link.replica_id}:{o.fence}"
@@ -90,7 +94,7 @@ class Leases:
         if any(isinstance(result, NoScriptError) for result in results):
             await link.redis.script_load(scripts.RENEW)
             return
-        for o, renewed in zip(owned, results[1:], strict=True):
+        for o, renewed in zip(owned, results[2:], strict=True):
             if isinstance(renewed, Exception):
                 log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
             elif int(renewed) == scripts.GONE:
@@ -195,6 +199,34 @@ class Leases:
                 args=[owned.fence, run_id],
             )
         return bool(int(handed))
+
+    async def drain(self) -> None:
+        """This replica stops: it takes no run over from now on, and says so (for
+        `others_up`)."""
+        self.draining = True
+        link = self._link
+        async with link.reaching("drain"):
+            await link.redis.set(link.keys.draining(link.replica_id), "1", px=DRAINING_MS)
+
+    async def others_up(self) -> bool:
+        """Whether another replica is up (its liveness key) and not draining; the replicas
+        found down are pruned from the set of replicas."""
+        link, keys = self._link, self._link.keys
+        async with link.reaching("find replicas"):
+            members = [text(m) for m in await link.redis.smembers(keys.replicas)]
+            others = [m for m in members if m != link.replica_id]
+            if not others:
+                return False
+            pipe = link.redis.pipeline(transaction=False)
+            for replica in others:
+                pipe.exists(keys.alive(replica))
+                pipe.exists(keys.draining(replica))
+            found = await pipe.execute()
+            states = list(zip(others, found[0::2], found[1::2], strict=True))
+            down = [replica for replica, alive, _ in states if not alive]
+            if down:
+                await link.redis.srem(keys.replicas, *down)
+        return any(alive and not draining for _, alive, draining in states)
 
     async def take_handed_over(self) -> None:
         """Wait (a poll period at most) for a run a draining replica handed over, and take

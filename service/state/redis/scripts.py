@@ -75,6 +75,15 @@ class Keys:
         """Expiring: the replica is up."""
         return f"{self.prefix}replica:{replica}:alive"
 
+    def draining(self, replica: str) -> str:
+        """Expiring: the replica drains (it stops): it takes no run over."""
+        return f"{self.prefix}replica:{replica}:draining"
+
+    @property
+    def replicas(self) -> str:
+        """Set: the ids of the replicas that opened the bus (those found down are pruned)."""
+        return f"{self.prefix}replicas"
+
     def inbox(self, replica: str) -> str:
         """List: the Submit and Cancel requests for the runs of the replica."""
         return f"{self.prefix}replica:{replica}:inbox"
