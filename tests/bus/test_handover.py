@@ -11,6 +11,9 @@ followers elsewhere see one run: `run.resume` (reason `drain`) and the rest.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import grpc
 import pytest
 from agw.v1 import gateway_pb2 as gw
+from agw_client import AsyncClient, Client
 
 from service.providers.loopback import LoopbackProvider
 from tests.bus.conftest import rest, started, until
@@ -141,3 +145,159 @@ async def test_with_no_other_replica_up_a_draining_one_lets_its_runs_finish_in_t
         await stopping
     assert kinds(seen) == [*OPEN, "content.delta", "content.end", "run.complete"]
     assert_closed(seen)
+
+
+# The official clients follow a hand-over: the caller sees one stream ------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+#: A Node client (the repository's) streaming a query, each event a JSON line, then a last
+#: line with how often the stream re-attached.
+NODE_FOLLOWER = """
+const { AgwClient } = require('./clients/node');
+(async () => {
+  const agw = new AgwClient(process.env.AGW_TARGET);
+  const stream = agw.query('plain', 'go');
+  for await (const e of stream) console.log(JSON.stringify({ seq: e.seq, type: e.type }));
+  console.log(JSON.stringify({ reattached: stream.reattached }));
+  agw.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"""
+
+
+def _both(replicas: Any, first: str, then: str) -> str:
+    """One target for two replicas: the client's channel uses `first` while it is up."""
+    return f"ipv4:127.0.0.1:{replicas[first].port},127.0.0.1:{replicas[then].port}"
+
+
+def _resumed(events: list[Any]) -> None:
+    """`events` are one run, handed over once after its first delta: resumed, complete."""
+    assert kinds(events) == [
+        *OPEN,
+        "content.end",
+        "run.resume",
+        "content.start",
+        "content.delta",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    assert events[len(OPEN) + 1].run_resume.reason == "drain"
+    assert_closed(events)
+
+
+async def test_the_async_python_client_follows_a_hand_over_through_the_same_target(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script, answer_turn("fresh ", "answer"))
+    async with started(tmp_path, provider, redis_url, ("A", "B"), journal=True) as replicas:
+        async with AsyncClient(_both(replicas, "A", "B")) as agw:
+            stream = agw.query("plain", "go")
+            seen: list[Any] = []
+            stopping = None
+            async for event in stream:
+                seen.append(event)
+                if event.type == "content.delta" and stopping is None:
+                    stopping = asyncio.create_task(replicas["A"].server.stop(30.0, 0.0))
+            assert stopping is not None
+            await stopping
+        first.set()
+        run_id = seen[0].run_id
+        assert await stream_of(redis_url, run_id) == seen
+    _resumed(seen)
+    assert stream.reattached >= 1
+    assert stream.folder.result.answer == "fresh answer"
+
+
+async def test_the_blocking_python_client_follows_a_hand_over_through_the_same_target(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script, answer_turn("fresh ", "answer"))
+    loop = asyncio.get_running_loop()
+    async with started(tmp_path, provider, redis_url, ("A", "B"), journal=True) as replicas:
+        stopping: list[Any] = []
+
+        def follow() -> tuple[list[Any], int]:
+            with Client(_both(replicas, "A", "B")) as agw, agw.query("plain", "go") as stream:
+                seen = []
+                for event in stream:
+                    seen.append(event)
+                    if event.type == "content.delta" and not stopping:
+                        stop = replicas["A"].server.stop(30.0, 0.0)
+                        stopping.append(asyncio.run_coroutine_threadsafe(stop, loop))
+                return seen, stream.reattached
+
+        seen, reattached = await asyncio.to_thread(follow)
+        await asyncio.wrap_future(stopping[0])
+        first.set()
+        assert await stream_of(redis_url, seen[0].run_id) == seen
+    _resumed(seen)
+    assert reattached >= 1
+
+
+async def test_the_node_client_follows_a_hand_over_through_the_same_target(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the Node client's tests"
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script, answer_turn("fresh ", "answer"))
+    async with started(tmp_path, provider, redis_url, ("A", "B"), journal=True) as replicas:
+        process = await asyncio.create_subprocess_exec(
+            node,
+            "-e",
+            NODE_FOLLOWER,
+            cwd=ROOT,
+            env={**os.environ, "AGW_TARGET": _both(replicas, "A", "B")},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        lines = []
+        async with asyncio.timeout(60):
+            async for line in process.stdout:
+                lines.append(json.loads(line))
+                if lines[-1].get("type") == "content.delta" and len(lines) == len(OPEN):
+                    await replicas["A"].server.stop(30.0, 0.0)
+            assert await process.wait() == 0
+        first.set()
+    *events, last = lines
+    assert [e["type"] for e in events] == [
+        *OPEN,
+        "content.end",
+        "run.resume",
+        "content.start",
+        "content.delta",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert last["reattached"] >= 1
+
+
+async def test_a_query_refused_by_a_draining_replica_is_sent_again_and_runs_on_another(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """While a replica drains (its drain delay, here with a run to hand over) it refuses new
+    queries UNAVAILABLE SHUTTING_DOWN, nothing started: the client sends the query again
+    through the same target, which reaches another replica once the draining one is gone."""
+    script, (first,) = gated("w0 ", "w1")
+    provider.enqueue(script, answer_turn("fresh ", "answer"), answer_turn("second"))
+    async with started(tmp_path, provider, redis_url, ("A", "B"), journal=True) as replicas:
+        a = replicas["A"]
+        running = a.query("plain", "go")
+        await until(running, "content.delta", [])
+        stopping = asyncio.create_task(a.server.stop(30.0, 1.0))  # 1 s before the hand-over
+        await asyncio.sleep(0.1)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await a.ask("plain", "now")
+        async with AsyncClient(_both(replicas, "A", "B")) as agw:
+            stream = agw.query("plain", "now")
+            result = await stream.result()
+        await stopping
+        first.set()
+    assert error_info(refused.value).reason == "SHUTTING_DOWN"
+    assert result.outcome == "complete"
+    assert stream.reattached >= 1
+    assert await status_of(redis_url, stream.run_id) == "ended"
