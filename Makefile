@@ -73,7 +73,7 @@ lint: $(STAMP) lint-proto ## ruff + mypy on our code, the layering contracts, bu
 lint-proto: $(NODE_MODULES) ## buf lint of proto/ (rules and exceptions in buf.yaml)
 	$(BUF) lint
 
-bench: install ## Benchmarks (about 12 min): baselines, the gateway, the SSE adapter, 1 vs 3 replicas, 1 vs 2 workers, the memory soak, model routing
+bench: install ## Benchmarks (about 12 min): baselines, the gateway, the SSE adapter, 1 vs 3 replicas, 1 vs 2 workers, the memory soak, model routing, durable runs
 	@echo "make bench: about 12 minutes on 2 cores (make bench-quick: a 1-minute smoke run)"
 	$(PY) -m bench
 	$(PY) -m bench.sse
@@ -81,6 +81,7 @@ bench: install ## Benchmarks (about 12 min): baselines, the gateway, the SSE ada
 	$(PY) -m bench.workers
 	$(PY) -m bench.soak
 	$(PY) -m bench.routing
+	$(PY) -m bench.durability --out bench/results/durability.json
 
 # The same modules with tiny sizes: checks that they run, figures not representative.
 QUICK_OUT := bench/results/quick
@@ -92,6 +93,7 @@ bench-quick: install ## The benchmarks with tiny sizes (about 1 min): a smoke ru
 	$(PY) -m bench.workers --quick --rounds 1 --out $(QUICK_OUT)/workers.json
 	$(PY) -m bench.soak --quick
 	$(PY) -m bench.routing --calls 2000 --deltas 50 --rounds 1 --failover-calls 10
+	$(PY) -m bench.durability --quick --out $(QUICK_OUT)/durability.json
 
 bench-scale: install ## Benchmarks of scale-out (about 1 min): 1 process vs 3 replicas (Postgres + Redis), the Redis hop
 	$(PY) -m bench.replicas

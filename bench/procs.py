@@ -36,6 +36,14 @@ class Child:
         """Have it export what it buffers (telemetry), then its stats."""
         return await self.control.stats("flush")
 
+    async def kill(self) -> None:
+        """Kill it (SIGKILL: a crash, nothing flushed) and release its pipes and connection."""
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            self.process.kill()
+        await self.process.communicate()
+        with contextlib.suppress(OSError):
+            await self.control.aclose()
+
     async def stop(self) -> None:
         """Close its stdin (it stops cleanly), wait for it; kill it if it hangs."""
         await self.control.aclose()

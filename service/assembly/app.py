@@ -331,6 +331,7 @@ class App:
                 pricing=pricing(settings) if model_prices(settings) else None,
                 currency=settings.currency,
                 resume_attempts=settings.resume_attempts,
+                park_after_s=settings.park_after_s,
                 replica=settings.replica_id or settings.worker_name or _process_name(),
             ),
             journal=state.RUN_JOURNALS[settings.run_journal_name](options),

@@ -328,6 +328,9 @@ class Settings(BaseSettings):
     # `none`. A run resumed this often and lost again ends with run.error OWNER_LOST.
     run_journal: Literal["files", "memory", "postgres", "none"] | None = None
     resume_attempts: int = Field(default=3, ge=1)
+    # A journaled run that does nothing but wait for answers this long is parked: no task,
+    # woken by an answer, its deadline or a cancel (0: never parked).
+    park_after_s: float = Field(default=30.0, ge=0)
     # Where uploads (description and bytes) are kept; unset: `postgres` when chat_store is
     # `postgres` (replicas share them), else `files` under uploads_dir.
     upload_store: Literal["files", "memory", "postgres"] | None = None

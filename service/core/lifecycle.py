@@ -15,11 +15,16 @@
    `unwatched_run_ttl_s` unless it waits for a Submit.
 6. **Release**: `retention_s` after its end the run is forgotten (it is then
    re-joined from the run log).
-7. **Drain**: no new run; a journaled run that another replica can go on with at once
+7. **Park**: a journaled run that does nothing but wait for answers for
+   `park_after_s` is parked: its task stops, its log and its open waits stay. An
+   answer, its earliest wait's deadline, or a cancel wakes it: it runs again here
+   from its journal (service/core/run/journal.py) and takes the answer.
+8. **Drain**: no new run; a journaled run that another replica can go on with at once
    (the run bus knows one up and not draining) is handed over after a short delay (for
-   load balancers to see the service's health say NOT_SERVING); the others get a grace
-   period, then are handed over (journaled: to resume when a process starts again) or
-   cancelled.
+   load balancers to see the service's health say NOT_SERVING), and so is a parked
+   one; the others get a grace period, then are handed over (journaled: to resume when
+   a process starts again) or cancelled. A hand-over or a parking is journaled (its
+   `DRAIN` or `PARK` mark): it is not a lost owner (`JournaledRun.losses`).
 """
 
 from __future__ import annotations
@@ -49,13 +54,21 @@ from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
 from service.core.run.binding import BoundModel, bind_stages
 from service.core.run.context import Mode, RunQuery, RunServices, new_context
 from service.core.run.eventlog import EventLog
-from service.core.run.journal import JournaledRun, JournalEntry, Journaling, Replay, RunSteps
+from service.core.run.journal import (
+    DRAIN,
+    PARK,
+    JournaledRun,
+    JournalEntry,
+    Journaling,
+    Replay,
+    RunSteps,
+)
 from service.core.run.runner import execute
 from service.core.run.state import Accounting, Pricing, RunState
 from service.core.run.transcript import PastRun
 from service.core.run.turn import Ids, journaled_turns
 from service.core.run.window import fit_memory
-from service.core.values import RunRef
+from service.core.values import OpenWait, RunRef
 
 log = logging.getLogger("agw.runtime")
 
@@ -79,6 +92,7 @@ class RunOptions:
     currency: str = "USD"
     debug_level: DebugLevel = DebugLevel.OFF  # when the query does not choose one
     resume_attempts: int = 3  # a run resumed this often and lost again ends OWNER_LOST
+    park_after_s: float = 30.0  # a journaled run that only waits this long is parked; 0: never
     replica: str = ""  # this process, as `run.resume` names it
 
 
@@ -116,14 +130,30 @@ class RunLifecycle:
     )
     _finishing: set[asyncio.Task[None]] = field(default_factory=set)
     _journaling: Journaling | None = field(init=False, default=None)
+    # Parking: per run, its pending park check or (parked) its deadline's wake-up; the runs
+    # to park as soon as they only wait (they were parked before they resumed here); the
+    # parked runs asked to wake while their task was still stopping; the wakes under way.
+    _timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _park_at_once: set[str] = field(default_factory=set)
+    _wake_pending: set[str] = field(default_factory=set)
+    _waking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.journal is not None:
             self._journaling = Journaling(self.journal)
+            if self.options.park_after_s > 0:
+                self.services.waits.observe(self._waits_changed)
+                self.services.waits.on_parked_answer = self.wake
 
     @property
     def active_runs(self) -> int:
+        """The runs this process executes now (not counting the parked ones)."""
         return len(self._active)
+
+    @property
+    def parked_runs(self) -> int:
+        """The runs of this process parked now: they wait, with no task."""
+        return sum(1 for run in self.bus.local_runs().values() if run.parked and not run.done)
 
     # -- admit, claim, prepare, launch -------------------------------------------------
 
@@ -237,7 +267,7 @@ class RunLifecycle:
         if journaling is not None:
             replay = Replay(journaled) if journaled is not None else None
             log.steps = RunSteps(run_id, journaling, replay)
-        return RunState(
+        run = RunState(
             log,
             agent.key,
             debug_level=(
@@ -246,6 +276,8 @@ class RunLifecycle:
             accounting=Accounting(currency=options.currency, pricing=options.pricing),
             owner=command.principal,
         )
+        run.resumable = agent.resumable
+        return run
 
     async def _reference_parts(self, command: QueryCommand, provider: str) -> list[Any]:
         image_input = bool(self.options.image_input and self.options.image_input(provider))
@@ -308,7 +340,6 @@ class RunLifecycle:
     ) -> None:
         """Start the run's task: `mode` in the run's context."""
         out = run.log.scope()
-        run.resumable = agent.resumable
         if self.options.context_max_tokens:
             memory = fit_memory(memory, self.options.context_max_tokens, out)
         model_user: dict[str, Any] = {"role": command.role or "user", "content": command.message}
@@ -377,6 +408,14 @@ class RunLifecycle:
 
     def _ended(self, run: RunState, recorder: ChatRecorder, mode: str) -> None:
         self._active.discard(run)
+        if run.parked and not run.done:  # it waits with no task, until something wakes it
+            run.let_go(parked=True)
+            log.info("run %s parked", run.run_id)
+            if run.run_id in self._wake_pending:
+                self._wake_pending.discard(run.run_id)
+                self.wake(run.run_id)
+            return
+        self._cancel_timer(run.run_id)
         run.let_go()
         if not run.done:  # handed over (a drain): its journal goes on elsewhere
             log.info("run %s handed over", run.run_id)
@@ -506,45 +545,164 @@ class RunLifecycle:
         if journaled.ended:
             self._ended(run, recorder, agent.mode)
             return run
-        for start in reversed(run.log.open_blocks):  # what the interrupted steps left open
+        interrupted_blocks = run.log.open_blocks  # what the interrupted steps left open
+        for start in reversed(interrupted_blocks):
             out.emit(events.end_of(start))
-        stops = _stops(journaled.events) + (reason != "drain")  # hand-overs do not count
-        if stops > self.options.resume_attempts or not agent.resumable:
+        losses = journaled.losses
+        if losses > self.options.resume_attempts or not agent.resumable:
             why = (
-                f"the run could not go on after its process stopped {stops} times"
+                f"the run could not go on after its process stopped {losses} times"
                 if agent.resumable
                 else f"agent {agent.key!r} does not resume its runs (resumable: false)"
             )
-            lost = OwnerLost(why, attempts=str(stops - 1))
+            lost = OwnerLost(why, attempts=str(losses - 1))
             out.emit(events.run_error(lost.reason, lost.message, lost.metadata))
             self._ended(run, recorder, agent.mode)
             return run
         interrupted = ", ".join(sorted(journaled.started))
         out.emit(events.run_resume(reason, interrupted, self.options.replica, attempt))
         run.log.replay = run.log.steps.replay if run.log.steps is not None else None
+        if run.log.replay is not None:  # their steps run again, and open them again
+            run.log.replay.forget(interrupted_blocks)
         memory = remembered(
             [r for r in records if r.get("runId") != run_id], self.options.memory_runs
         )
         mode = self.modes[agent.mode]
         models = bind_stages(self.services.models, agent)
+        if journaled.parked:  # it was parked: park it again as soon as it waits again
+            self._park_at_once.add(run_id)
         self._execute(run, recorder, command, agent, mode, models, memory, record["parts"])
         log.info("run %s resumed (%s, attempt %d)", run_id, reason, attempt)
         return run
+
+    # -- park, wake --------------------------------------------------------------------
+
+    def _waits_changed(self, run_id: str, waits: list[OpenWait]) -> None:
+        """A run's waits opened or closed: when it waits, look whether to park it."""
+        if not waits or run_id in self._timers:
+            return
+        run = self.bus.local(run_id)
+        if run is None or run.parked or run not in self._active:
+            return
+        delay = 0.0 if run_id in self._park_at_once else self.options.park_after_s
+        loop = asyncio.get_running_loop()
+        self._timers[run_id] = loop.call_later(delay, self._park_if_idle, run)
+
+    def _park_if_idle(self, run: RunState) -> None:
+        """Park `run` if all it does is wait for answers; else look again later."""
+        run_id = run.run_id
+        self._timers.pop(run_id, None)
+        steps, journaling = run.log.steps, self._journaling
+        if run.done or run.parked or run not in self._active or not run.resumable:
+            return
+        if steps is None or journaling is None or journaling.failed:
+            return
+        waits = self.services.waits
+        if not waits.waiting(run_id):
+            return
+        loop = asyncio.get_running_loop()
+        if not steps.idle:  # it waits, and works on something else too
+            self._timers[run_id] = loop.call_later(
+                self.options.park_after_s, self._park_if_idle, run
+            )
+            return
+        self._park_at_once.discard(run_id)
+        steps.hand_over(PARK)
+        deadline = waits.park(run_id)
+        run.parked = True
+        run.waker = lambda: self.wake(run_id)
+        run.park()
+        if deadline is not None:
+            delay = max(0.0, deadline - time.time())
+            self._timers[run_id] = loop.call_later(delay, self.wake, run_id)
+
+    def wake(self, run_id: str) -> None:
+        """Run the parked run `run_id` again: it was answered, its wait's time is up, or it
+        is cancelled."""
+        run = self.bus.local(run_id)
+        if run is None or not run.parked or run_id in self._waking:
+            return
+        self._cancel_timer(run_id)
+        if run.task is not None:  # its task is still stopping: wake it once it has
+            self._wake_pending.add(run_id)
+            return
+        task = asyncio.create_task(self._wake(run), name=f"wake-{run_id}")
+        self._waking[run_id] = task
+        task.add_done_callback(lambda _: self._waking.pop(run_id, None))
+
+    async def _wake(self, run: RunState) -> None:
+        """Go on with parked `run` here, from its journal (as `resume` does, in its own log)."""
+        assert self.journal is not None and self._journaling is not None
+        run_id, chat_id = run.run_id, run.chat_id
+        recorder = self._recorders[chat_id]
+        try:
+            await self._journaling.flush()  # the answers it was given are journaled
+            journaled = await self.journal.load(run_id)
+            if journaled is None:
+                raise LookupError("its journal is gone")
+            record = journaled.record
+            command = QueryCommand.from_record(record["command"])
+            agent = AgentDefinition.model_validate(
+                record["agent"], context={"key": record["agentKey"]}
+            ).in_mode(record["mode"])
+            try:
+                records = await self.chats.read(chat_id)
+            except ChatNotFound:
+                records = []
+        except Exception as error:
+            log.exception("could not wake parked run %s", run_id)
+            failed = events.run_error("INTERNAL", f"the parked run could not go on ({error})")
+            self._end_parked(run, recorder, failed, "")
+            return
+        if run.cancel_reason:  # cancelled while parked: it ends without running again
+            self._end_parked(run, recorder, events.run_cancel(run.cancel_reason), agent.mode)
+            return
+        journaling = self._journaling
+        attempt = journaled.attempts + 1
+        replay = Replay(journaled)
+        run.log.steps = RunSteps(run_id, journaling, replay)
+        run.log.replay = replay
+        journaling.submit(JournalEntry(run_id, "resume", str(attempt), attempt=attempt))
+        options = self.options
+        run.accounting = Accounting(currency=options.currency, pricing=options.pricing)
+        recorder.follow_turns()
+        memory = remembered([r for r in records if r.get("runId") != run_id], options.memory_runs)
+        run.parked, run.waker = False, None
+        self._active.add(run)
+        mode, models = self.modes[agent.mode], bind_stages(self.services.models, agent)
+        self._execute(run, recorder, command, agent, mode, models, memory, record["parts"])
+        log.info("run %s woken (attempt %d)", run_id, attempt)
+
+    def _end_parked(
+        self, run: RunState, recorder: ChatRecorder, terminal: events.Event, mode: str
+    ) -> None:
+        """End parked `run` with `terminal`, without running it again."""
+        self.services.waits.close(run.run_id)
+        run.parked, run.waker = False, None
+        run.log.finish(terminal)
+        self._ended(run, recorder, mode)
+
+    def _cancel_timer(self, run_id: str) -> None:
+        timer = self._timers.pop(run_id, None)
+        if timer is not None:
+            timer.cancel()
 
     # -- drain -------------------------------------------------------------------------
 
     async def drain(self, grace_s: float, delay_s: float = 0.0) -> None:
         """Refuse new runs; hand over, after `delay_s`, the runs another replica can go on
-        with at once (journaled runs of agents that resume, when the bus says a replica not
-        draining is up); let the others finish within `grace_s`, then hand them over too
-        (journaled runs: they stop without ending, to resume in another process or after the
-        restart) or cancel them."""
+        with at once (journaled runs of agents that resume, and parked runs, when the bus
+        says a replica not draining is up); let the others finish within `grace_s`, then
+        hand them over too (journaled runs: they stop without ending, to resume in another
+        process or after the restart) or cancel them. Parked runs that nobody takes over at
+        once stay parked, in the journal."""
         self.draining = True
         started = time.monotonic()
         await self.bus.drain()  # and this replica takes no run over from now on
         active = list(self._active)
+        movable = [r for r in active if self._movable(r)]
+        parked = self._parked()
         if active:
-            movable = [r for r in active if self._movable(r)]
             log.info(
                 "draining %d active runs (%d may be handed over after %.1fs, grace %.1fs)",
                 len(active),
@@ -552,27 +710,72 @@ class RunLifecycle:
                 min(delay_s, grace_s),
                 grace_s,
             )
+        if movable or parked:
+            delay = min(delay_s, grace_s) - (time.monotonic() - started)
             if movable:
-                await _until_ended(movable, min(delay_s, grace_s) - (time.monotonic() - started))
-                movable = [r for r in self._active if self._movable(r)]  # and ones resumed here
-                if movable and await self.bus.can_hand_over():
-                    log.info("handing %d runs over to other replicas", len(movable))
-                    for run in movable:
-                        run.hand_over()
-            rest = [r for r in self._active if not (r.done or r.cancel_reason)]
-            await _until_ended(rest, grace_s - (time.monotonic() - started))
+                await _until_ended(movable, delay)
+            elif delay > 0:
+                await asyncio.sleep(delay)
+            movable = [r for r in self._active if self._movable(r)]  # and ones resumed here
+            parked = self._parked()
+            if (movable or parked) and await self.bus.can_hand_over():
+                log.info(
+                    "handing %d runs over to other replicas (%d parked)",
+                    len(movable) + len(parked),
+                    len(parked),
+                )
+                for run in movable:
+                    self._suspend(run)
+                for run in parked:
+                    self._hand_over_parked(run)
+        rest = [r for r in self._active if not (r.done or r.cancel_reason)]
+        await _until_ended(rest, grace_s - (time.monotonic() - started))
         journaled = self._journaling is not None and not self._journaling.failed
         for run in list(self._active):
             if run.cancel_reason:
                 continue  # handed over already
             if journaled and run.log.steps is not None:
-                run.hand_over()
+                self._suspend(run)
             else:
                 run.cancel("shutdown")
+        for run_id in list(self._timers):  # parked runs stay parked, in the journal
+            self._cancel_timer(run_id)
+        if self._waking:
+            await asyncio.wait(list(self._waking.values()), timeout=5.0)
         remaining = [r.task for r in self._active if r.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=5.0)
         await self.flush()
+
+    @staticmethod
+    def _suspend(run: RunState) -> None:
+        """Stop `run` without an end, to go on elsewhere: its journal says so (`DRAIN`: not a
+        lost owner); once its task has stopped the bus hands it over (`_ended`)."""
+        if run.log.steps is not None:
+            run.log.steps.hand_over(DRAIN)
+        run.hand_over()
+
+    def _parked(self) -> list[RunState]:
+        """The parked runs that can be handed over now (none waking, none ending)."""
+        return [
+            run
+            for run in self.bus.local_runs().values()
+            if run.parked
+            and not run.done
+            and run.task is None
+            and not run.cancel_reason
+            and run.run_id not in self._waking
+            and run.run_id not in self._wake_pending
+        ]
+
+    def _hand_over_parked(self, run: RunState) -> None:
+        """Give parked `run` to another replica: it parks it again there at once (its journal
+        says it was parked); a reader here gets RUN_HANDED_OVER and re-attaches."""
+        self._cancel_timer(run.run_id)
+        run.parked, run.waker = False, None
+        log.info("run %s handed over", run.run_id)
+        run.log.hand_over()
+        self._track(self._hand_over(run), f"hand-over-{run.run_id}")
 
     def _movable(self, run: RunState) -> bool:
         """Whether `run` can be handed over to go on elsewhere: journaled, of an agent that
@@ -604,16 +807,6 @@ async def _until_ended(runs: list[RunState], timeout_s: float) -> None:
     _, pending = await asyncio.wait(waiters, timeout=timeout_s)
     for waiter in pending:
         waiter.cancel()
-
-
-def _stops(journaled: list[events.Event]) -> int:
-    """How often a run lost its process before, by its `run.resume` events (a hand-over by a
-    draining process, reason `drain`, is not a loss)."""
-    return sum(
-        1
-        for event in journaled
-        if event.WhichOneof("payload") == "run_resume" and event.run_resume.reason != "drain"
-    )
 
 
 def _log_run_end(run: RunState, mode: str) -> None:

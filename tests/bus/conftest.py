@@ -167,6 +167,7 @@ async def started(
     retention_s: float = 60.0,
     agents: dict[str, dict[str, Any]] | None = None,
     journal: bool | str = False,
+    park_after_s: float = 30.0,
 ) -> AsyncIterator[Replicas]:
     """Replicas `names` of the service on `provider`, with the test agents (and `agents`)
     and UI tools.
@@ -190,7 +191,11 @@ async def started(
             tool_registry = ToolRegistry(tools_dir, builtin=Probe().tools())
             tool_registry.load_all()
             options = ProviderOptions(
-                base_url=provider.url, default_model=FAKE_MODEL, max_retries=0, read_timeout_s=10
+                base_url=provider.url,
+                default_model=FAKE_MODEL,
+                max_retries=0,
+                read_timeout_s=10,
+                headers={"x-replica": name},  # which replica asked (provider.request_headers)
             )
             providers = ProviderRegistry({FAKE_PROVIDER: options})
             bus = RedisRunBus(
@@ -207,7 +212,9 @@ async def started(
                 bus=bus,
                 uploads=Uploads(FileUploadStore(tmp_path / name / "uploads"), 1 << 20),
                 tools=tool_registry,
-                options=RunOptions(retention_s=retention_s, replica=name),
+                options=RunOptions(
+                    retention_s=retention_s, replica=name, park_after_s=park_after_s
+                ),
                 journal=PostgresRunJournal(journal) if isinstance(journal, str) else shared_journal,
             )
             await front.open()

@@ -17,7 +17,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 
 from service.providers.loopback import LoopbackProvider
-from tests.bus.conftest import rest, started, until
+from tests.bus.conftest import eventually, rest, started, until
 from tests.bus.test_owner_failure import OPEN, status_of, stream_of
 from tests.bus.test_replicas import gated
 from tests.core.tools.kit import answer_turn, call_turn, kinds, result_of
@@ -146,3 +146,56 @@ async def test_a_journaled_run_is_followed_and_answered_from_another_replica(
     assert kinds(followed) == kinds(seen)
     assert followed == seen
     assert kinds(seen)[-2:] == ["content.end", "run.complete"]
+
+
+async def test_a_parked_run_outlives_its_owner_and_wakes_where_it_was_adopted(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """A run parked on A (no task, only waiting) whose owner is lost is adopted by another
+    replica, parked there again at once, and woken there by a Submit sent to a third."""
+    provider.enqueue(call_turn(("call_f", "pick", '{"options":["a","b"]}')), answer_turn("a"))
+    async with started(
+        tmp_path, provider, redis_url, lease_ttl_s=0.6, journal=True, park_after_s=0.05
+    ) as replicas:
+        a = replicas["A"]
+        call = a.query("ui", "Choose")
+        seen: list[Any] = []
+        end = await until(call, "tool.end", seen)
+        run_id, tool_id = end.run_id, end.tool_end.tool_id
+
+        def parked_on(*names: str) -> Any:
+            async def check() -> bool:
+                fronts = [replicas[n].front.lifecycle for n in names]
+                return sum(f.parked_runs for f in fronts) == 1
+
+            return check
+
+        await eventually(parked_on("A"))
+        a.bus.suspend()  # A is lost: another replica adopts the parked run
+        await eventually(parked_on("B", "C"), timeout_s=15)
+        adopter = next(n for n in "BC" if replicas[n].front.lifecycle.parked_runs)
+        other = next(n for n in "BC" if n != adopter)
+        payload = gw.SubmitRequest(run_id=run_id, tool_id=tool_id)
+        payload.payload.string_value = "b"
+        assert (await replicas[other].stub.Submit(payload)).accepted
+        whole = await rest(replicas[other].stub.Attach(gw.AttachRequest(run_id=run_id)))
+        a.bus.resume()
+    tail = kinds(whole)[len(seen) :]
+    assert tail == [
+        "run.resume",
+        "request.submit",
+        "tool.result",
+        "content.start",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    assert whole[: len(seen)] == seen
+    resume = whole[len(seen)].run_resume
+    assert (resume.reason, resume.replica, resume.step) == (
+        "owner_lost",
+        adopter,
+        f"wait {tool_id}",
+    )
+    assert result_of(whole[len(seen) + 2]) == "b"
+    assert_closed(whole)

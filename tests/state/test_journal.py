@@ -11,7 +11,7 @@ import pytest
 
 from service.core import events
 from service.core.ports import RunJournal
-from service.core.run.journal import JournalEntry, entries_of
+from service.core.run.journal import DRAIN, PARK, JournalEntry, entries_of, handover_key
 from service.state import RUN_JOURNALS
 from tests.state.test_ports import options
 
@@ -97,3 +97,19 @@ async def test_the_files_journal_outlives_its_process(tmp_path: Path) -> None:
         assert again is not None and list(again.steps) == ["turn 1", "turn 2"]
     finally:
         await second.close()
+
+
+async def test_a_run_handed_over_or_parked_is_not_counted_lost(journal: RunJournal) -> None:
+    """Of its owners, only those that stopped without handing the run over were lost; the
+    last one parked it when its hand-over says so."""
+    await journal.write([begin("r1"), step("r1", handover_key(0), {"reason": DRAIN})])
+    await journal.write([JournalEntry("r1", "resume", "1", attempt=1)])
+    await journal.write([JournalEntry("r1", "resume", "2", attempt=2)])  # owner 1 was lost
+    kept = await journal.load("r1")
+    assert kept is not None and (kept.attempts, kept.losses, kept.parked) == (2, 2, False)
+    await journal.write([step("r1", handover_key(2), {"reason": PARK}, attempt=2)])
+    kept = await journal.load("r1")
+    assert kept is not None and (kept.losses, kept.parked) == (1, True)
+    await journal.write([JournalEntry("r1", "resume", "3", attempt=3)])  # woken
+    kept = await journal.load("r1")
+    assert kept is not None and (kept.losses, kept.parked) == (2, False)

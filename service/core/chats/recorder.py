@@ -197,6 +197,11 @@ class ChatRecorder:
         run.log.observe(recorder._on_event)
         return recorder
 
+    def follow_turns(self) -> None:
+        """Observe the run's model turns again: it was parked (its task stopped, and with it
+        the run's turn observers) and now runs again."""
+        self.run.observe_turns(self._on_turn)
+
     async def closed(self) -> None:
         """Wait until everything of the run is written and synced."""
         await self._ended.wait()

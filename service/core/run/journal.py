@@ -32,6 +32,7 @@ at once (parallel plan tasks) keep their own keys whatever their order.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
@@ -40,7 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from service.core.events import Event
+from service.core.events import Event, to_dict
 
 log = logging.getLogger("agw.journal")
 
@@ -93,6 +94,31 @@ class JournaledRun:
     def ended(self) -> bool:
         """Whether its terminal event is journaled (only its keeping was left)."""
         return bool(self.events) and self.events[-1].WhichOneof("payload") in TERMINALS
+
+    @property
+    def losses(self) -> int:
+        """How many of its owners so far were lost while running it: stopped without
+        handing it over (a crash, a kill, a lost lease). A run parked or handed over at a
+        drain is not lost, however often that happens."""
+        owners = self.attempts + 1
+        handed = sum(1 for k in range(owners) if handover_key(k) in self.steps)
+        return owners - handed
+
+    @property
+    def parked(self) -> bool:
+        """Whether its last owner parked it (it waits for an answer, and holds nothing)."""
+        last = self.steps.get(handover_key(self.attempts))
+        return isinstance(last, dict) and last.get("reason") == PARK
+
+
+def handover_key(attempt: int) -> str:
+    """The key of the step its owner of `attempt` journals when it stops the run without
+    ending it: a drain's hand-over, or parking it."""
+    return f"handover {attempt}"
+
+
+#: How a run was handed over: parked while it only waits for answers (see `RunSteps.idle`).
+PARK, DRAIN = "park", "drain"
 
 
 TERMINALS = frozenset({"run_complete", "run_error", "run_cancel"})
@@ -178,6 +204,23 @@ class Replay:
         self._held = Counter(identity(e) for e in journaled.events if _replayable(e))
         self._left = sum(self._held.values())
         self.floors = block_floors(journaled.events)
+        # The answers its waits were given (`request.submit`) whose step has no result yet:
+        # accepted, journaled, and not yet taken by the run when its owner stopped.
+        self.answers = {
+            e.request_submit.tool_id: to_dict(e.request_submit.payload)
+            for e in journaled.events
+            if e.WhichOneof("payload") == "request_submit"
+        }
+
+    def forget(self, events: Iterable[Event]) -> None:
+        """`events` are to be emitted again when their step runs again: the starts of the
+        blocks the interrupted steps left open (closed when the run resumed). A tool call's
+        block keeps its id, the model's: its start must be shown again."""
+        for event in events:
+            key = identity(event)
+            if self._held[key] > 0:
+                self._held[key] -= 1
+                self._left -= 1
 
     def holds(self, event: Event, field_name: str) -> bool:
         """Whether `event` is already in the log: then it is taken out of the held ones."""
@@ -220,8 +263,13 @@ def identity(event: Event) -> tuple[str, str, str, bytes]:
     return field_name, event.task_id, event.parent_tool_id, payload
 
 
+#: The key of the step the current code runs in (a wait inside a tool call, a subagent's).
+_STEP: contextvars.ContextVar[str] = contextvars.ContextVar("agw_step", default="")
+
+
 class RunSteps:
-    """The steps of one run: their keys, their journaled results, the ids they draw."""
+    """The steps of one run: their keys, their journaled results, the ids they draw, and
+    those running now."""
 
     def __init__(self, run_id: str, journaling: Journaling, replay: Replay | None = None) -> None:
         self.run_id = run_id
@@ -229,6 +277,20 @@ class RunSteps:
         self.replay = replay
         self.attempt = replay.attempt + 1 if replay is not None else 0  # this owner's
         self._counters: Counter[tuple[Lane, str]] = Counter()
+        self._running: dict[str, str] = {}  # key -> the step it runs in ("": none)
+        self._waits_in: Counter[str] = Counter()  # key -> its steps that are waits, running
+
+    @property
+    def idle(self) -> bool:
+        """Whether all the run does now is wait for answers: some steps run, and each is a
+        wait or runs only waits (a tool call asking a question, a subagent waiting)."""
+        running = self._running
+        waits_in = self._waits_in
+        return bool(running) and all(is_wait(key) or waits_in[key] > 0 for key in running)
+
+    def hand_over(self, reason: str) -> None:
+        """Journal that this owner stops the run without ending it (`PARK`, `DRAIN`)."""
+        self._done(handover_key(self.attempt), {"reason": reason})
 
     def key(self, lane: Lane, kind: str) -> str:
         """The next key of a step of `kind` in `lane` ("turn 3", "summary 1", …)."""
@@ -265,7 +327,21 @@ class RunSteps:
                 self._done(key, encode(value))
                 return value
         self.journaling.submit(JournalEntry(self.run_id, "start", key, attempt=self.attempt))
-        value = await run()
+        parent = _STEP.get()
+        if parent not in self._running:  # (a step of another run's code)
+            parent = ""
+        wait = is_wait(key)
+        self._running[key] = parent
+        if wait and parent:
+            self._waits_in[parent] += 1
+        token = _STEP.set(key)
+        try:
+            value = await run()
+        finally:
+            _STEP.reset(token)
+            del self._running[key]
+            if wait and parent:
+                self._waits_in[parent] -= 1
         self._done(key, encode(value))
         return value
 
@@ -273,6 +349,11 @@ class RunSteps:
         data = json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=str)
         entry = JournalEntry(self.run_id, "step", key, data.encode(), self.attempt)
         self.journaling.submit(entry)
+
+
+def is_wait(key: str) -> bool:
+    """Whether the step of `key` waits for a user's answer ("task t1/wait t_…")."""
+    return key.rpartition("/")[2].startswith("wait ")
 
 
 def entries_of(run_id: str, events: Iterable[Event]) -> list[JournalEntry]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from opentelemetry import trace
 
@@ -23,16 +24,18 @@ from service.core import events
 from service.core.errors import AgwError, BudgetExhausted
 from service.core.run import observation
 from service.core.run.context import Mode, RunContext, RunStopped
-from service.core.run.state import HANDOVER
+from service.core.run.state import SUSPENDS
 
 log = logging.getLogger("agw.run")
 
 
 async def execute(ctx: RunContext, mode: Mode) -> None:
-    """Run `mode` in the run's span and record the run's metrics."""
+    """Run `mode` in the run's span and record the run's metrics (a run that goes on after a
+    resumption or parking is not started again; one stopped to go on later has not ended)."""
     run = ctx.run
     labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
-    observation.runs_started.add(1, labels)
+    if run.log.replay is None:
+        observation.runs_started.add(1, labels)
     attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
     with observation.span(f"run {ctx.agent.key}", attributes=attributes):
         try:
@@ -40,21 +43,26 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
         finally:
             terminal = run.terminal
             field = terminal.WhichOneof("payload") if terminal is not None else "run_cancel"
+            outcome = observation.OUTCOMES.get(field or "", "cancelled")
+            if terminal is None and run.cancel_reason in SUSPENDS:
+                outcome = "suspended"
             span = trace.get_current_span()
-            span.set_attribute("agw.outcome", observation.OUTCOMES.get(field or "", "cancelled"))
+            span.set_attribute("agw.outcome", outcome)
             if field == "run_error" and terminal is not None:
                 span.set_status(trace.StatusCode.ERROR, terminal.run_error.error.message)
-            observation.runs_ended.add(
-                1, {**labels, "agw.outcome": observation.OUTCOMES.get(field or "", "cancelled")}
-            )
+            if outcome != "suspended":
+                observation.runs_ended.add(1, {**labels, "agw.outcome": outcome})
 
 
 async def _execute(ctx: RunContext, mode: Mode) -> None:
     """Run `mode` under the agent's time budget and end the run with one terminal event."""
     run = ctx.run
     timeout_ms = ctx.agent.budget.timeout_ms
+    left_ms = timeout_ms  # counted from the run's start: a resumed run has only the rest
+    if started_ms := ctx.command.started_at_ms:
+        left_ms = min(timeout_ms, started_ms + timeout_ms - time.time_ns() // 1_000_000)
     try:
-        async with asyncio.timeout(timeout_ms / 1000) as deadline:
+        async with asyncio.timeout(max(left_ms, 0) / 1000) as deadline:
             try:
                 outcome = await mode(ctx)
             except TimeoutError:
@@ -70,7 +78,7 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
         failure = run.failure
         if failure is not None:  # failed from outside the task (see `RunState.fail`)
             run.log.finish(events.run_error(failure.reason, failure.message, failure.metadata))
-        elif run.cancel_reason != HANDOVER:  # a run handed over goes on elsewhere
+        elif run.cancel_reason not in SUSPENDS:  # handed over or parked: it goes on later
             run.log.finish(events.run_cancel(run.cancel_reason or "cancel"))
         raise
     except RunStopped as stopped:

@@ -27,6 +27,11 @@ Pricing = Callable[[str, Usage], float | None]
 
 #: The cancel reason of a run stopped to be resumed elsewhere: it ends with no terminal event.
 HANDOVER = "handover"
+#: The cancel reason of a run stopped while it only waits for answers: it holds no task
+#: until an answer (or a time-out) wakes it, here (see `RunLifecycle`).
+PARK = "park"
+#: The cancel reasons that stop a run's task without ending the run.
+SUSPENDS = frozenset({HANDOVER, PARK})
 
 #: Sees each finished model turn of a run: the request and what the turn produced.
 TurnObserver = Callable[[ModelRequest, TurnResult], None]
@@ -73,8 +78,11 @@ class RunState:
         # Set when another replica declared this process lost and took the run over: the
         # run is cancelled here and nothing more of it is written (chat records, run log).
         self.fenced = False
-        # Whether its agent lets it resume in another process (`"resumable"`, default true).
-        self.resumable = True
+        # Parked: its task stopped while it waited; `waker` runs it again (for an answer, a
+        # time-out, or to cancel it).
+        self.resumable = True  # whether it may go on after its task stopped (the agent's say)
+        self.parked = False
+        self.waker: Callable[[], None] | None = None
         self.started_at = time.monotonic()
         # A summary of the chat's oldest turns made in this run (service/core/run/window.py),
         # {"text", "through"}: written into the run's next chat record, then cleared.
@@ -108,9 +116,10 @@ class RunState:
         for observer in self._turn_observers:
             observer(request, result)
 
-    def let_go(self) -> None:
+    def let_go(self, *, parked: bool = False) -> None:
         """The run's task has ended: forget it and the run's turn observers, which refer back to
-        the run, so that the run is freed by reference counting once it is released.
+        the run, so that the run is freed by reference counting once it is released (or, when
+        `parked`, holds only its log and waits until it runs again).
 
         A cancelled task keeps its `CancelledError`, whose traceback keeps the frames it went
         through and their locals: the run's context, and the time-out that refers back to the
@@ -118,7 +127,10 @@ class RunState:
         """
         task, self.task = self.task, None
         self._turn_observers = []
-        self._ended.set()
+        if parked:
+            self.cancel_reason = ""
+        else:
+            self._ended.set()
         if task is not None and task.cancelled():
             try:
                 task.result()
@@ -130,8 +142,18 @@ class RunState:
         process (or this service, restarted) resumes it (see `HANDOVER`)."""
         return self.cancel(HANDOVER)
 
+    def park(self) -> bool:
+        """Stop the run's task while it only waits: its journal and its open waits keep it
+        (see `PARK`)."""
+        return self.cancel(PARK)
+
     def cancel(self, reason: str) -> bool:
         """Ask the run's task to stop; the run ends with `run.cancel` carrying `reason`."""
+        if self.parked and not self.done and reason not in SUSPENDS and self.waker is not None:
+            if not self.cancel_reason:  # it ends at once, without running again
+                self.cancel_reason = reason
+            self.waker()
+            return True
         if self.done or self.task is None or self.task.done():
             return False
         if not self.cancel_reason:

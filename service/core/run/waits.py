@@ -9,6 +9,12 @@ because it ended). A payload larger than the configured limit is refused before
 anything else (`PayloadTooLarge`). An accepted answer is announced on the
 run's stream as `request.submit`, in the scope (plan task) that waits for it.
 
+A wait's deadline is kept with the run (a step of its journal): a run resumed
+after a restart waits only for what is left of the time-out. A run that does
+nothing but wait can be parked (service/core/lifecycle.py): its task is
+stopped, its waits stay open here (`park`), and an answer then wakes it
+(`on_parked_answer`): the run runs again from its journal and takes the answer.
+
 This is the owner's side of the `RunBus`: the in-process bus uses it directly;
 a distributed bus delivers the Submits it receives to it.
 """
@@ -51,13 +57,19 @@ class WaitTimedOut(Exception):
         self.timeout_s = timeout_s
 
 
+_NO_ANSWER: Any = object()
+
+
 @dataclass(slots=True)
 class _Wait:
     tool_name: str
     kind: WaitKind
     out: Emitter
     future: asyncio.Future[Any]
+    deadline: float  # when it times out, in seconds since the epoch
     state: WaitState = "waiting"
+    parked: bool = False  # its run's task is stopped: an answer wakes the run
+    answer: Any = _NO_ANSWER  # what a parked wait was answered
 
 
 def payload_size(payload: Any) -> int:
@@ -73,6 +85,8 @@ class Waits:
         self.payload_limit_bytes = payload_limit_bytes
         self._runs: dict[str, dict[str, _Wait]] = {}
         self._observers: list[WaitsObserver] = []
+        # Told the id of a parked run one of whose waits was just answered (or closed).
+        self.on_parked_answer: Callable[[str], None] | None = None
 
     def observe(self, observer: WaitsObserver) -> None:
         """Tell `observer` a run's open waits whenever one opens or closes."""
@@ -108,14 +122,24 @@ class Waits:
     ) -> Any:
         """Suspend until `tool_id` is answered; its payload (WaitTimedOut on time-out).
 
-        The wait is a step of the run (service/core/run/journal.py): a resumed run is given
-        its journaled answer (or time-out) at once.
+        The wait is a step of the run (service/core/run/journal.py), and so is its
+        deadline: a resumed run is given its journaled answer (or time-out) at once, or
+        the answer its journal holds for it (accepted before the run stopped), or waits
+        for what is left of its time-out.
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
 
+        async def deadline() -> float:
+            return time.time() + timeout
+
+        until = await out.step("deadline", deadline, float, float, key=f"deadline {tool_id}")
+
         async def waited() -> tuple[str, Any]:
+            replay = out.log.steps.replay if out.log.steps is not None else None
+            if replay is not None and tool_id in replay.answers:
+                return ANSWERED, replay.answers[tool_id]
             try:
-                return ANSWERED, await self._wait(out, tool_id, tool_name, timeout, kind)
+                return ANSWERED, await self._wait(out, tool_id, tool_name, timeout, until, kind)
             except WaitTimedOut:
                 return TIMED_OUT, timeout
 
@@ -127,15 +151,24 @@ class Waits:
         return value
 
     async def _wait(
-        self, out: Emitter, tool_id: str, tool_name: str, limit_s: float, kind: WaitKind
+        self,
+        out: Emitter,
+        tool_id: str,
+        tool_name: str,
+        limit_s: float,
+        deadline: float,
+        kind: WaitKind,
     ) -> Any:
+        earlier = self._runs.get(out.run_id, {}).get(tool_id)
+        if earlier is not None and earlier.answer is not _NO_ANSWER:
+            return earlier.answer  # answered while its run was parked
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        wait = _Wait(tool_name, kind, out, future)
+        wait = _Wait(tool_name, kind, out, future, deadline)
         self._runs.setdefault(out.run_id, {})[tool_id] = wait
         self._changed(out.run_id)
         started = time.monotonic()
         try:
-            async with asyncio.timeout(limit_s):
+            async with asyncio.timeout(max(0.0, deadline - time.time())):
                 return await future
         except TimeoutError:
             if future.done() and not future.cancelled():  # answered at the very last moment
@@ -143,12 +176,29 @@ class Waits:
             wait.state = "expired"
             raise WaitTimedOut(limit_s) from None
         finally:
-            if wait.state == "waiting":
+            if wait.state == "waiting" and not wait.parked:
                 wait.state = "closed"  # cancelled: the run stopped waiting
             if not future.done():
                 future.cancel()
             self._changed(out.run_id)
             submit_wait.record(time.monotonic() - started, {"agw.outcome": wait.state})
+
+    def park(self, run_id: str) -> float | None:
+        """The run's task is being stopped to park it: its open waits stay open; the
+        earliest of their deadlines (None: it has none open)."""
+        deadlines = []
+        for wait in self._runs.get(run_id, {}).values():
+            if wait.state == "waiting":
+                wait.parked = True
+                deadlines.append(wait.deadline)
+        return min(deadlines, default=None)
+
+    def close(self, run_id: str) -> None:
+        """The parked run ended without waking (cancelled): its waits are closed."""
+        for wait in self._runs.get(run_id, {}).values():
+            if wait.state == "waiting":
+                wait.state = "closed"
+        self._changed(run_id)
 
     def check(self, command: SubmitCommand) -> None:
         """Refuse a malformed or oversized submit before looking for its run."""
@@ -200,7 +250,13 @@ class Waits:
                 view_id=command.view_id,
             )
         )
-        wait.future.set_result(command.payload)
+        if wait.parked:  # the run takes it when it runs again
+            wait.answer = command.payload
+            self._changed(command.run_id)
+            if self.on_parked_answer is not None:
+                self.on_parked_answer(command.run_id)
+        else:
+            wait.future.set_result(command.payload)
         return SubmitResult("ACCEPTED", f"tool {tool_id!r} ({wait.tool_name}) took the payload")
 
     def forget(self, run_id: str) -> None:

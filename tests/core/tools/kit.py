@@ -37,7 +37,8 @@ def definition(name: str, **extra: Any) -> ToolDefinition:
 
 
 class Probe:
-    """Test tools that record their calls: echo, boom, slow (waits until released), meet."""
+    """Test tools that record their calls: echo, boom, slow (waits until released), meet,
+    nap (idempotent, takes 1.5 s)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -68,6 +69,12 @@ class Probe:
             raise
         return "slow done"
 
+    async def nap(self, arguments: dict[str, Any], call: ToolCallInfo) -> dict[str, Any]:
+        """Echoes after a while; idempotent: a resumed run may call it again."""
+        self.calls.append(("nap", arguments))
+        await asyncio.sleep(1.5)
+        return {"echo": arguments.get("text", "")}
+
     async def meet(self, arguments: dict[str, Any], call: ToolCallInfo) -> str:
         """Returns only once two calls are running at the same time."""
         self.arrived += 1
@@ -84,6 +91,7 @@ class Probe:
             BackendTool(definition("slow", timeout_s=0.3), self.slow),
             BackendTool(definition("forever"), self.slow),
             BackendTool(definition("meet", timeout_s=5), self.meet),
+            BackendTool(definition("nap", idempotent=True), self.nap),
             city_datetime_tool(lambda: FIXED_NOW),
             mock_city_weather_tool(lambda: FIXED_NOW),
         ]

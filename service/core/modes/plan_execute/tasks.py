@@ -57,7 +57,8 @@ async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
     """Run the started `task` (in its scope `ctx`) to its report, then end it."""
     stage = ctx.agent.stage("execute")
     try:
-        conversation = Conversation.open(ctx, stage, brief(ctx, plan, task), history=False)
+        opening = await journaled_brief(ctx, plan, task)
+        conversation = Conversation.open(ctx, stage, opening, history=False)
         update = await _work(conversation, task, ctx.agent.task_max_rounds)
     except AgwError as error:
         _fail(ctx, plan, task, error.reason, error.message)
@@ -77,6 +78,16 @@ async def execute_task(ctx: RunContext, plan: Plan, task: Task) -> None:
         task.status, task.result = "completed", update.result
         ctx.out.emit(events.task_complete(task.task_id, update.result))
         ctx.out.emit(events.plan_update(plan.plan_id, plan.to_pb()))
+
+
+async def journaled_brief(ctx: RunContext, plan: Plan, task: Task) -> str:
+    """The task's brief, as a step of the run: it shows the plan as it stood when the task
+    began (other tasks may be further along when a resumed run gets here again)."""
+
+    async def made() -> str:
+        return brief(ctx, plan, task)
+
+    return await ctx.out.step("brief", made, str, str)
 
 
 def brief(ctx: RunContext, plan: Plan, task: Task) -> str:
