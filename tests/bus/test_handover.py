@@ -24,10 +24,10 @@ from agw.v1 import gateway_pb2 as gw
 from agw_client import AsyncClient, Client
 
 from service.providers.loopback import LoopbackProvider
-from tests.bus.conftest import rest, started, until
+from tests.bus.conftest import eventually, rest, started, until
 from tests.bus.test_owner_failure import OPEN, status_of, stream_of
 from tests.bus.test_replicas import gated
-from tests.core.tools.kit import answer_turn, kinds
+from tests.core.tools.kit import answer_turn, call_turn, kinds, result_of
 from tests.transport.test_query import error_info
 from tests.transport.test_server import assert_closed
 
@@ -301,3 +301,60 @@ async def test_a_query_refused_by_a_draining_replica_is_sent_again_and_runs_on_a
     assert result.outcome == "complete"
     assert stream.reattached >= 1
     assert await status_of(redis_url, stream.run_id) == "ended"
+
+
+async def test_a_parked_run_is_handed_over_at_a_drain_and_parked_again_where_it_is_taken(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """A parked run (no task, waiting for an answer) on a draining replica is handed over
+    too: another replica takes it over at once (not after A's lease), parks it again at once,
+    and an answer sent to any replica wakes it there."""
+    provider.enqueue(call_turn(("call_f", "pick", '{"options":["a","b"]}')), answer_turn("a"))
+    async with started(
+        tmp_path, provider, redis_url, lease_ttl_s=LEASE_S, journal=True, park_after_s=0.05
+    ) as replicas:
+        a = replicas["A"]
+        call = a.query("ui", "Choose")
+        seen: list[Any] = []
+        end = await until(call, "tool.end", seen)
+        run_id, tool_id = end.run_id, end.tool_end.tool_id
+
+        def parked_on(*names: str) -> Any:
+            async def check() -> bool:
+                fronts = [replicas[n].front.lifecycle for n in names]
+                return sum(f.parked_runs for f in fronts) == 1
+
+            return check
+
+        await eventually(parked_on("A"))
+        began = time.monotonic()
+        stopping = asyncio.create_task(a.server.stop(30.0, 0.0))
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            async for event in call:
+                seen.append(event)
+        await eventually(parked_on("B", "C"), timeout_s=LEASE_S)
+        took = time.monotonic() - began
+        await stopping
+        adopter = next(n for n in "BC" if replicas[n].front.lifecycle.parked_runs)
+        other = next(n for n in "BC" if n != adopter)
+        payload = gw.SubmitRequest(run_id=run_id, tool_id=tool_id)
+        payload.payload.string_value = "b"
+        assert (await replicas[other].stub.Submit(payload)).accepted
+        whole = await rest(replicas[other].stub.Attach(gw.AttachRequest(run_id=run_id)))
+    assert error_info(moved.value).reason == "RUN_HANDED_OVER"
+    assert error_info(moved.value).metadata["after_seq"] == str(seen[-1].seq)
+    assert took < LEASE_S / 2, took  # taken over at once, not once A's lease expired
+    assert whole[: len(seen)] == seen
+    assert kinds(whole)[len(seen) :] == [
+        "run.resume",
+        "request.submit",
+        "tool.result",
+        "content.start",
+        "content.delta",
+        "content.end",
+        "run.complete",
+    ]
+    resume = whole[len(seen)].run_resume
+    assert (resume.reason, resume.replica, resume.attempt) == ("drain", adopter, 1)
+    assert result_of(whole[len(seen) + 2]) == "b"
+    assert_closed(whole)
