@@ -23,6 +23,7 @@ import grpc
 from agw.v1 import events_pb2 as pb
 
 from service.core.errors import RunHandedOver
+from service.core.events import TERMINALS
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
@@ -64,6 +65,7 @@ class StreamWriter:
         self.chat_id = chat_id
         self.last_seq = after_seq  # of the last run event written
         self.ending = False  # the server stops: the stream ends after the write under way
+        self.ended = False  # the run's terminal event was written: the stream ends as usual
         self.heartbeats = 0
         self._beating = asyncio.Lock()  # held while a heartbeat is being sent
         self._beat_sending = False  # whether it is held (an attribute read, not a call)
@@ -90,9 +92,11 @@ class StreamWriter:
         self._last = self._loop.time()
         if event.seq:
             self.last_seq = event.seq
+        if event.WhichOneof("payload") in TERMINALS:
+            self.ended = True
         if not self.chat_id:
             self.run_id, self.chat_id = event.run_id, event.chat_id
-        if self.ending:
+        if self.ending and not self.ended:
             raise self.moved()
 
     @property

@@ -358,3 +358,48 @@ async def test_a_parked_run_is_handed_over_at_a_drain_and_parked_again_where_it_
     assert (resume.reason, resume.replica, resume.attempt) == ("drain", adopter, 1)
     assert result_of(whole[len(seen) + 2]) == "b"
     assert_closed(whole)
+
+
+async def test_a_stream_following_a_run_its_replica_took_over_ends_handed_over_at_its_stop(
+    tmp_path: Path, provider: LoopbackProvider, redis_url: str
+) -> None:
+    """A stream on B follows A's run; A drains and B takes the run over (while the stream is
+    open), then B drains and C takes it: the stream ends RUN_HANDED_OVER with its last seq
+    as B stops, and its client goes on from there on C."""
+    script, (first,) = gated("w0 ", "w1")
+    then, (second,) = gated("x0 ", "x1")
+    provider.enqueue(script, then, answer_turn("again"))
+    async with started(
+        tmp_path, provider, redis_url, lease_ttl_s=LEASE_S, journal=True
+    ) as replicas:
+        a, b, c = replicas["A"], replicas["B"], replicas["C"]
+        call = a.query("plain", "go")
+        run_id = (await until(call, "content.delta", [])).run_id
+        following = b.stub.Attach(gw.AttachRequest(run_id=run_id))
+        on_b: list[Any] = []
+        await until(following, "content.delta", on_b)
+        c.bus.leases.draining = True  # C takes nothing over for now: B takes the run
+        await a.server.stop(30.0, 0.0)
+        resumed = await until(following, "run.resume", on_b)
+        assert resumed.run_resume.replica == "B"
+        await until(following, "content.delta", on_b)
+        c.bus.leases.draining = False
+        began = time.monotonic()
+        stopping = asyncio.create_task(b.server.stop(30.0, 0.0))
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            async for event in following:
+                on_b.append(event)
+        took = time.monotonic() - began
+        await stopping
+        first.set()
+        second.set()
+        rest_on_c = await c.attach(run_id, on_b[-1].seq)
+    assert error_info(moved.value).reason == "RUN_HANDED_OVER"
+    assert error_info(moved.value).metadata["after_seq"] == str(on_b[-1].seq)
+    assert took < 1.5, took  # ended by the stop, not cut after its grace (STREAMS_END_S)
+    whole = [*on_b, *rest_on_c]
+    assert [e.seq for e in whole] == list(range(1, len(whole) + 1))
+    resumes = [e.run_resume for e in whole if e.type == "run.resume"]
+    assert [(r.reason, r.replica) for r in resumes] == [("drain", "B"), ("drain", "C")]
+    assert whole[-1].type == "run.complete"
+    assert_closed(whole)

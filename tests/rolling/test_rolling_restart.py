@@ -287,6 +287,8 @@ async def test_a_rolling_restart_behind_haproxy_loses_no_query_event_or_run(
     took = time.monotonic() - began
     logs = "".join(replica.logs() for replica in replicas.values())
     handed = Counter(re.findall(r"run ([0-9a-f]{16}) handed over\n", logs))
+    # every stream open on a stopping replica ended RUN_HANDED_OVER, none cut by its stop
+    assert not re.findall(r"agw\.grpc: \w+ from .*: CANCELLED", logs)
     waits = _handover_waits(logs)
     assert sorted(waits) == sorted(handed), "each run handed over is resumed once per hand-over"
     slowest = max((max(w) for w in waits.values()), default=0.0)
