@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system-packages
 # Debian packages: bubblewrap contains the _bash_ tool; chromium runs the browser tests;
-# postgresql and redis-server back the scale-out state (tests start throwaway servers).
-APT_PACKAGES := bubblewrap chromium postgresql redis-server
+# postgresql and redis-server back the scale-out state (tests start throwaway servers);
+# haproxy is the gRPC load balancer of the rolling-restart test.
+APT_PACKAGES := bubblewrap chromium haproxy postgresql redis-server
 
 .DEFAULT_GOAL := help
 
@@ -30,7 +31,8 @@ $(NODE_MODULES): clients/node/package.json clients/node/package-lock.json
 
 $(SYSTEM): Makefile | $(STAMP)
 	@if command -v bwrap >/dev/null && test -x /usr/bin/chromium \
-	  && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v redis-server >/dev/null; then :; \
+	  && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && command -v redis-server >/dev/null \
+	  && command -v haproxy >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	else echo "please install the Debian packages: $(APT_PACKAGES)"; exit 1; fi

@@ -158,6 +158,9 @@ export interface ClientOptions {
   streamTimeoutMs?: number | null;
   /** Further attempts of unary calls answered UNAVAILABLE (default 3, at most 4). */
   retries?: number;
+  /** How often in a row a stream re-attaches to its run (or sends a query the gateway
+   *  refused as it shut down) without a new event, before it throws (default 8; 0: never). */
+  reattachAttempts?: number;
   channelOptions?: Record<string, unknown>;
   /** Where agw/v1/*.proto are; the repository's proto/ (or AGW_PROTO_DIR) by default. */
   protoDir?: string;
@@ -223,9 +226,18 @@ export class RunFailed extends Error {
   reason: ErrorReason | (string & {});
 }
 
+/**
+ * A run's events. It follows its run: after RUN_HANDED_OVER (or a lost connection) it
+ * re-attaches after `lastSeq` through the same target; a query refused SHUTTING_DOWN is sent
+ * again (see `ClientOptions.reattachAttempts`).
+ */
 export class QueryStream implements AsyncIterable<Event> {
   runId: string;
   chatId: string;
+  /** The seq of the last event of the run it gave. */
+  lastSeq: number;
+  /** How often it re-attached to its run (or sent its query again). */
+  reattached: number;
   events: Event[];
   [Symbol.asyncIterator](): AsyncIterator<Event>;
   result(): Promise<RunResult>;

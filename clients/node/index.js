@@ -293,27 +293,68 @@ function fold(events) {
   return result;
 }
 
-/** The events of one run: an async iterable; `runId`/`chatId` are set from the first event. */
+// The reasons of an UNAVAILABLE after which a stream goes on by re-attaching to its run: it
+// goes on (handed over by a process shutting down; or the connection, the process, the run
+// bus was lost).
+const FOLLOWED = new Set(['', 'RUN_HANDED_OVER', 'SHUTTING_DOWN', 'BUS_UNAVAILABLE']);
+
+/**
+ * The events of one run: an async iterable; `runId`/`chatId` are set from the first event.
+ *
+ * The stream follows its run: once its run's id is known, a stream cut with UNAVAILABLE —
+ * the gateway process shut down and handed the run over (RUN_HANDED_OVER), or the connection
+ * was lost — re-attaches through the same target after `lastSeq` (one stream, no gap, no
+ * duplicate); a query refused SHUTTING_DOWN (nothing was started) is sent again. At most
+ * `reattachAttempts` times in a row without a new event, backing off from 200 ms to 5 s;
+ * `reattached` counts them.
+ */
 class QueryStream {
-  constructor(client, call, runId = '') {
+  constructor(client, call, runId = '', { request = null, afterSeq = 0 } = {}) {
     this.client = client;
     this.call = call;
     this.runId = runId;
     this.chatId = '';
+    this.lastSeq = afterSeq;
     this.events = [];
+    this.reattached = 0;
+    this.request = request; // a query's, to send again when refused unstarted
+    this.closed = false;
   }
 
   async *[Symbol.asyncIterator]() {
-    try {
-      for await (const event of this.call) {
-        this.runId ||= event.runId;
-        this.chatId ||= event.chatId;
-        this.events.push(event);
-        yield event;
+    let failures = 0; // attempts in a row without a new event
+    for (;;) {
+      try {
+        for await (const event of this.call) {
+          this.runId ||= event.runId;
+          this.chatId ||= event.chatId;
+          if (event.seq) {
+            this.lastSeq = event.seq;
+            failures = 0;
+          }
+          this.events.push(event);
+          yield event;
+        }
+        return;
+      } catch (error) {
+        const failure = AgwError.from(error);
+        const step = this.closed ? null : this._next(failure, failures);
+        if (!step) throw failure;
+        failures += 1;
+        this.reattached += 1;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** (failures - 1), 5000)));
+        this.call = step === 'query'
+          ? this.client._stream('Query', this.request)
+          : this.client._stream('Attach', { runId: this.runId, afterSeq: this.lastSeq });
       }
-    } catch (error) {
-      throw AgwError.from(error);
     }
+  }
+
+  _next(failure, failures) {
+    if (failure.code !== grpc.status.UNAVAILABLE || failures >= this.client.reattachAttempts) return null;
+    if (this.runId && FOLLOWED.has(failure.reason || '')) return 'attach';
+    if (!this.runId && failure.reason === 'SHUTTING_DOWN' && this.request) return 'query';
+    return null;
   }
 
   /** Reads the stream to its end and folds it (see `fold`). */
@@ -330,6 +371,7 @@ class QueryStream {
 
   /** Drops the stream; the run goes on unless the gateway cancels runs whose client left. */
   close() {
+    this.closed = true;
     this.call.cancel();
   }
 }
@@ -340,12 +382,16 @@ class AgwClient {
    * @param {import('./index').ClientOptions} [options]
    */
   constructor(target = process.env.AGW_TARGET || DEFAULT_TARGET, options = {}) {
-    const { credentials, token, metadata = {}, timeoutMs = 30000, streamTimeoutMs = null, retries = 3, channelOptions = {}, protoDir } = options;
+    const {
+      credentials, token, metadata = {}, timeoutMs = 30000, streamTimeoutMs = null, retries = 3,
+      reattachAttempts = 8, channelOptions = {}, protoDir,
+    } = options;
     const agw = loadProto(protoDir);
     /** The reasons the loaded proto declares (see `errorReasons`). */
     this.reasons = new Set(reasonsOf(agw));
     this.timeoutMs = timeoutMs;
     this.streamTimeoutMs = streamTimeoutMs;
+    this.reattachAttempts = reattachAttempts;
     this.metadata = new grpc.Metadata();
     for (const [key, value] of Object.entries(metadata)) this.metadata.set(key, value);
     if (token) this.metadata.set('authorization', `Bearer ${token}`);
@@ -374,11 +420,15 @@ class AgwClient {
     });
   }
 
+  _stream(method, request) {
+    return this.stub[method](request, this.metadata, this._options(this.streamTimeoutMs));
+  }
+
   /** Starts a run; `fields` are further QueryRequest fields (chatId, params, scene, ...). */
   query(agentKey, message, fields = {}) {
     const request = { ...fields, agentKey, message };
     for (const key of ['params', 'scene']) if (request[key]) request[key] = toStruct(request[key]);
-    return new QueryStream(this, this.stub.Query(request, this.metadata, this._options(this.streamTimeoutMs)));
+    return new QueryStream(this, this._stream('Query', request), '', { request });
   }
 
   /** Runs a query to its end and folds it; rejects with RunFailed unless it completed. */
@@ -390,7 +440,7 @@ class AgwClient {
 
   /** Re-joins a run: the events after `afterSeq`, then the live ones to the end. */
   attach(runId, afterSeq = 0) {
-    return new QueryStream(this, this.stub.Attach({ runId, afterSeq }, this.metadata, this._options(this.streamTimeoutMs)), runId);
+    return new QueryStream(this, this._stream('Attach', { runId, afterSeq }), runId, { afterSeq });
   }
 
   /** Answers a waiting frontend tool, approval, permission or question with `payload`. */

@@ -494,7 +494,7 @@ class App:
             self._sweep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweep
-        await self.grpc.stop(self.settings.shutdown_grace_s)
+        await self.grpc.stop(self.settings.shutdown_grace_s, self.settings.drain_delay_s)
         await self.notifier.flush()  # the runs' last notices are queued (and kept)
         await self.webhook_sender.stop()
         await self.frontdoor.close()

@@ -228,6 +228,10 @@ class Settings(BaseSettings):
     max_message_bytes: int = 1024 * 1024  # a query's message (UTF-8) beyond this is refused
     keepalive_time_s: float = 60.0
     shutdown_grace_s: float = 10.0
+    # On SIGTERM, health says NOT_SERVING at once; the runs another replica can take over at
+    # once (the Redis run bus, a shared journal) are handed over this much later (at most
+    # shutdown_grace_s), once load balancers have stopped sending calls here.
+    drain_delay_s: float = Field(2.0, ge=0)
     grpc_heartbeat_s: float = Field(10.0, ge=0)  # a heartbeat event after this silence; 0: off
 
     # HTTP/SSE adapter and web page (routes from the proto's google.api.http annotations)

@@ -618,10 +618,11 @@ class FrontDoor:
         """Resume the runs this service's journal holds unfinished (see lifecycle.py)."""
         return await self.lifecycle.resume_unfinished(reason)
 
-    async def drain(self, grace_s: float) -> None:
-        """Refuse new runs, let running ones finish within `grace_s`, then hand the rest over
-        (journaled runs) or cancel them."""
-        await self.lifecycle.drain(grace_s)
+    async def drain(self, grace_s: float, delay_s: float = 0.0) -> None:
+        """Refuse new runs; hand over after `delay_s` the runs another replica can go on with
+        at once; let the others finish within `grace_s`, then hand them over (journaled runs)
+        or cancel them (see `RunLifecycle.drain`)."""
+        await self.lifecycle.drain(grace_s, delay_s)
 
     async def close(self) -> None:
         """Disconnect from the bus and close the journal, after the drain."""

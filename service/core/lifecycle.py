@@ -19,8 +19,12 @@
    `park_after_s` is parked: its task stops, its log and its open waits stay. An
    answer, its earliest wait's deadline, or a cancel wakes it: it runs again here
    from its journal (service/core/run/journal.py) and takes the answer.
-8. **Drain**: no new run; running ones get a grace period, then are handed over
-   (journaled runs, to resume elsewhere or after the restart) or cancelled.
+8. **Drain**: no new run; a journaled run that another replica can go on with at once
+   (the run bus knows one up and not draining) is handed over after a short delay (for
+   load balancers to see the service's health say NOT_SERVING), and so is a parked
+   one; the others get a grace period, then are handed over (journaled: to resume when
+   a process starts again) or cancelled. A hand-over or a parking is journaled (its
+   `DRAIN` or `PARK` mark): it is not a lost owner (`JournaledRun.losses`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import secrets
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -416,6 +420,7 @@ class RunLifecycle:
         if not run.done:  # handed over (a drain): its journal goes on elsewhere
             log.info("run %s handed over", run.run_id)
             run.log.hand_over()
+            self._track(self._hand_over(run), f"hand-over-{run.run_id}")
             return
         _log_run_end(run, mode)
         for on_run_end in hooks(self.options.middlewares, "on_run_end"):
@@ -423,9 +428,22 @@ class RunLifecycle:
                 on_run_end(run, run.terminal)
             except Exception:
                 log.exception("middleware on_run_end failed for run %s", run.run_id)
-        task = asyncio.create_task(self._keep(run, recorder), name=f"keep-{run.run_id}")
+        self._track(self._keep(run, recorder), f"keep-{run.run_id}")
+
+    def _track(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` in a task of its own, which `flush` waits for."""
+        task = asyncio.create_task(work, name=name)
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
+
+    async def _hand_over(self, run: RunState) -> None:
+        """Once its journal has everything, let the bus give the run to another replica."""
+        try:
+            if self._journaling is not None:
+                await self._journaling.flush()
+            await self.bus.hand_over(run)
+        except Exception:
+            log.exception("could not hand run %s over", run.run_id)
 
     async def _keep(self, run: RunState, recorder: ChatRecorder) -> None:
         """After the run's end: free its chat, write its records, keep its log, forget it."""
@@ -449,9 +467,7 @@ class RunLifecycle:
         asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)
 
     def _release(self, run_id: str) -> None:
-        task = asyncio.create_task(self.bus.release(run_id), name=f"release-{run_id}")
-        self._finishing.add(task)
-        task.add_done_callback(self._finishing.discard)
+        self._track(self.bus.release(run_id), f"release-{run_id}")
 
     # -- resume ------------------------------------------------------------------------
 
@@ -471,17 +487,20 @@ class RunLifecycle:
                 resumed.append(run)
         return resumed
 
-    async def resume_lost(self, run_id: str) -> RunState | None:
-        """Go on here with a run whose owner the bus found lost (see `RunBus.on_lost`)."""
-        return await self.resume(run_id, "owner_lost", adopt=True)
+    async def resume_lost(self, run_id: str, reason: str = "owner_lost") -> RunState | None:
+        """Go on here with a run whose owner the bus found lost, or which a draining replica
+        handed over (reason `drain`; see `RunBus.on_lost`)."""
+        return await self.resume(run_id, reason, adopt=True)
 
     async def resume(self, run_id: str, reason: str, *, adopt: bool = False) -> RunState | None:
         """Go on with run `run_id` from its journal: its log as it was, its open blocks
         closed, `run.resume`, then its mode again from its last completed step.
 
-        A run whose journal ended it (only its keeping was left) is kept; one resumed
-        `resume_attempts` times already, or whose agent does not resume, ends with
-        `run.error` OWNER_LOST. None when the journal has no such run.
+        A run whose journal ended it (only its keeping was left) is kept; one that lost
+        its process `resume_attempts` times already, or whose agent does not resume, ends
+        with `run.error` OWNER_LOST. A hand-over by a draining process (reason `drain`) is
+        not counted: a rolling restart moves a run as often as it takes. None when the
+        journal has no such run.
         """
         assert self.journal is not None and self._journaling is not None
         journaled = await self.journal.load(run_id)
@@ -670,23 +689,53 @@ class RunLifecycle:
 
     # -- drain -------------------------------------------------------------------------
 
-    async def drain(self, grace_s: float) -> None:
-        """Refuse new runs, let running ones finish within `grace_s`, then hand the rest over
-        (journaled runs: they stop without ending, to resume in another process or after the
-        restart) or cancel them."""
+    async def drain(self, grace_s: float, delay_s: float = 0.0) -> None:
+        """Refuse new runs; hand over, after `delay_s`, the runs another replica can go on
+        with at once (journaled runs of agents that resume, and parked runs, when the bus
+        says a replica not draining is up); let the others finish within `grace_s`, then
+        hand them over too (journaled runs: they stop without ending, to resume in another
+        process or after the restart) or cancel them. Parked runs that nobody takes over at
+        once stay parked, in the journal."""
         self.draining = True
+        started = time.monotonic()
+        await self.bus.drain()  # and this replica takes no run over from now on
         active = list(self._active)
+        movable = [r for r in active if self._movable(r)]
+        parked = self._parked()
         if active:
-            log.info("draining %d active runs (grace %.1fs)", len(active), grace_s)
-            waiters = [asyncio.ensure_future(r.wait()) for r in active]
-            _, pending = await asyncio.wait(waiters, timeout=grace_s)
-            for waiter in pending:
-                waiter.cancel()
+            log.info(
+                "draining %d active runs (%d may be handed over after %.1fs, grace %.1fs)",
+                len(active),
+                len(movable),
+                min(delay_s, grace_s),
+                grace_s,
+            )
+        if movable or parked:
+            delay = min(delay_s, grace_s) - (time.monotonic() - started)
+            if movable:
+                await _until_ended(movable, delay)
+            elif delay > 0:
+                await asyncio.sleep(delay)
+            movable = [r for r in self._active if self._movable(r)]  # and ones resumed here
+            parked = self._parked()
+            if (movable or parked) and await self.bus.can_hand_over():
+                log.info(
+                    "handing %d runs over to other replicas (%d parked)",
+                    len(movable) + len(parked),
+                    len(parked),
+                )
+                for run in movable:
+                    self._suspend(run)
+                for run in parked:
+                    self._hand_over_parked(run)
+        rest = [r for r in self._active if not (r.done or r.cancel_reason)]
+        await _until_ended(rest, grace_s - (time.monotonic() - started))
         journaled = self._journaling is not None and not self._journaling.failed
         for run in list(self._active):
+            if run.cancel_reason:
+                continue  # handed over already
             if journaled and run.log.steps is not None:
-                run.log.steps.hand_over(DRAIN)
-                run.hand_over()
+                self._suspend(run)
             else:
                 run.cancel("shutdown")
         for run_id in list(self._timers):  # parked runs stay parked, in the journal
@@ -698,13 +747,66 @@ class RunLifecycle:
             await asyncio.wait(remaining, timeout=5.0)
         await self.flush()
 
+    @staticmethod
+    def _suspend(run: RunState) -> None:
+        """Stop `run` without an end, to go on elsewhere: its journal says so (`DRAIN`: not a
+        lost owner); once its task has stopped the bus hands it over (`_ended`)."""
+        if run.log.steps is not None:
+            run.log.steps.hand_over(DRAIN)
+        run.hand_over()
+
+    def _parked(self) -> list[RunState]:
+        """The parked runs that can be handed over now (none waking, none ending)."""
+        return [
+            run
+            for run in self.bus.local_runs().values()
+            if run.parked
+            and not run.done
+            and run.task is None
+            and not run.cancel_reason
+            and run.run_id not in self._waking
+            and run.run_id not in self._wake_pending
+        ]
+
+    def _hand_over_parked(self, run: RunState) -> None:
+        """Give parked `run` to another replica: it parks it again there at once (its journal
+        says it was parked); a reader here gets RUN_HANDED_OVER and re-attaches."""
+        self._cancel_timer(run.run_id)
+        run.parked, run.waker = False, None
+        log.info("run %s handed over", run.run_id)
+        run.log.hand_over()
+        self._track(self._hand_over(run), f"hand-over-{run.run_id}")
+
+    def _movable(self, run: RunState) -> bool:
+        """Whether `run` can be handed over to go on elsewhere: journaled, of an agent that
+        resumes, still running."""
+        journaling = self._journaling
+        return (
+            journaling is not None
+            and not journaling.failed
+            and run.log.steps is not None
+            and run.resumable
+            and not run.done
+            and not run.cancel_reason
+        )
+
     async def flush(self) -> None:
-        """Wait until every ended run is recorded and kept in the run log, and the journal
-        has everything."""
+        """Wait until every ended run is recorded and kept in the run log, every handed over
+        run given to the bus, and the journal has everything."""
         while self._finishing:
             await asyncio.wait(list(self._finishing), timeout=10.0)
         if self._journaling is not None:
             await self._journaling.flush()
+
+
+async def _until_ended(runs: list[RunState], timeout_s: float) -> None:
+    """Wait until every one of `runs` has emitted its terminal event, at most `timeout_s`."""
+    if not runs or timeout_s <= 0:
+        return
+    waiters = [asyncio.ensure_future(run.wait()) for run in runs]
+    _, pending = await asyncio.wait(waiters, timeout=timeout_s)
+    for waiter in pending:
+        waiter.cancel()
 
 
 def _log_run_end(run: RunState, mode: str) -> None:

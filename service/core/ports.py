@@ -142,10 +142,28 @@ class RunBus(Protocol):
         """
         ...
 
-    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
-        """Have `resume` go on with a run whose owner this replica finds lost (a journaled
-        run resumes; it is ended OWNER_LOST when `resume` gives None). A bus that knows
-        only this process's runs never finds an owner lost."""
+    def on_lost(self, resume: Callable[[str, str], Awaitable[RunState | None]]) -> None:
+        """Have `resume` go on with a run whose owner this replica finds lost, or which a
+        draining replica handed over: `resume(run_id, reason)`, reason `owner_lost` or
+        `drain` (a journaled run resumes; it is ended OWNER_LOST when `resume` gives None).
+        A bus that knows only this process's runs never finds an owner lost."""
+        ...
+
+    async def drain(self) -> None:
+        """This process is stopping: from now on it takes over no run of another replica
+        (and other replicas know it)."""
+        ...
+
+    async def can_hand_over(self) -> bool:
+        """Whether a run this process hands over (`hand_over`) can go on at once elsewhere:
+        another replica is up and not draining. A bus that knows only this process's runs
+        never can (they resume once a process starts again on the journal)."""
+        ...
+
+    async def hand_over(self, run: RunState) -> None:
+        """`run` stopped here without an end, its journal complete (a drain): let another
+        replica take it over at once, without waiting for this one's lease to expire. The
+        bus forgets it here."""
         ...
 
     async def adopt(self, run: RunState) -> bool:

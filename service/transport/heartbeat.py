@@ -22,6 +22,9 @@ from typing import Any, TypeAlias
 import grpc
 from agw.v1 import events_pb2 as pb
 
+from service.core.errors import RunHandedOver
+from service.core.events import TERMINALS
+
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -48,12 +51,21 @@ class StreamWriter:
     """
 
     def __init__(
-        self, context: Context, interval_s: float, *, run_id: str = "", chat_id: str = ""
+        self,
+        context: Context,
+        interval_s: float,
+        *,
+        run_id: str = "",
+        chat_id: str = "",
+        after_seq: int = 0,
     ) -> None:
         self.context = context
         self.interval_s = interval_s
         self.run_id = run_id
         self.chat_id = chat_id
+        self.last_seq = after_seq  # of the last run event written
+        self.ending = False  # the server stops: the stream ends after the write under way
+        self.ended = False  # the run's terminal event was written: the stream ends as usual
         self.heartbeats = 0
         self._beating = asyncio.Lock()  # held while a heartbeat is being sent
         self._beat_sending = False  # whether it is held (an attribute read, not a call)
@@ -70,14 +82,36 @@ class StreamWriter:
             # other one can start before this write does (nothing suspends in between)
             async with self._beating:
                 pass
+        if self.ending:
+            raise self.moved()
         self._writing = True
         try:
             await self.context.write(event)
         finally:
             self._writing = False
         self._last = self._loop.time()
+        if event.seq:
+            self.last_seq = event.seq
+        if event.WhichOneof("payload") in TERMINALS:
+            self.ended = True
         if not self.chat_id:
             self.run_id, self.chat_id = event.run_id, event.chat_id
+        if self.ending and not self.ended:
+            raise self.moved()
+
+    @property
+    def writing(self) -> bool:
+        """Whether an event's write is under way."""
+        return self._writing
+
+    def moved(self) -> RunHandedOver:
+        """How the stream ends when the server stops while the run goes on elsewhere."""
+        return RunHandedOver(
+            f"the service is shutting down; run {self.run_id} goes on: re-attach (Attach runId "
+            f"{self.run_id}, afterSeq {self.last_seq}) on another instance",
+            run_id=self.run_id,
+            after_seq=str(self.last_seq),
+        )
 
     def start(self) -> None:
         """Send a heartbeat after each `interval_s` of silence (0: never), until `stop`."""

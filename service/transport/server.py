@@ -19,6 +19,7 @@ from service.transport.servicer import AgentGatewayServicer, ModelCatalog, no_mo
 log = logging.getLogger("agw.grpc")
 
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["AgentGateway"].full_name
+STREAMS_END_S = 2.0  # at a stop, how long the streams still open may take to end
 
 
 class GrpcServer:
@@ -62,7 +63,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 1 if reuse_port else 0),
             ],
         )
-        servicer = AgentGatewayServicer(
+        self.servicer = servicer = AgentGatewayServicer(
             front,
             cancel_on_disconnect=cancel_on_disconnect,
             heartbeat_s=heartbeat_s,
@@ -94,9 +95,13 @@ class GrpcServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("gRPC listening on %s (port %d)", self.address, self.port)
 
-    async def stop(self, grace_s: float) -> None:
-        """Graceful stop: report NOT_SERVING, drain the runs, then close the server."""
+    async def stop(self, grace_s: float, delay_s: float = 0.0) -> None:
+        """Graceful stop: report NOT_SERVING (load balancers stop sending calls here; new
+        queries are refused UNAVAILABLE), drain the runs (those another replica can take
+        over are handed over after `delay_s`, the others get `grace_s`), end the streams of
+        runs executed elsewhere (RUN_HANDED_OVER: their clients re-attach), then close."""
         await self.health.enter_graceful_shutdown()
-        await self.front.drain(grace_s)
-        await self.server.stop(grace=2.0)
+        await self.front.drain(grace_s, delay_s)
+        await self.servicer.end_streams(STREAMS_END_S)
+        await self.server.stop(grace=STREAMS_END_S)
         log.info("gRPC server stopped")

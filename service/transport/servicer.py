@@ -91,6 +91,12 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         self.cancel_on_disconnect = cancel_on_disconnect
         self.heartbeat_s = heartbeat_s
         self.models = models
+        # The Attach streams (runs this process may not execute: followed through the run
+        # bus, or read from the run log), by their handler's task: ended when the server
+        # stops.
+        self._followed: dict[asyncio.Task[Any], StreamWriter] = {}
+        self._ending: set[asyncio.Task[Any]] = set()  # those being ended (cancelled)
+        self._stopping = False
 
     # Streaming handlers are coroutines writing with `context.write` rather than async
     # generators, so that the client going away cancels them deterministically and
@@ -131,14 +137,31 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 self.heartbeat_s,
                 run_id=request.run_id,
                 chat_id=local.chat_id if local is not None else "",
+                after_seq=request.after_seq,
             )
+            # Ended when the server stops (`end_streams`, after the drain), if it has not
+            # ended by then: a run this process executed has ended or was handed over (its
+            # stream ends by itself, or is cut after the last seq it wrote); any other run,
+            # followed through the bus or read from the run log, goes on elsewhere. Whether
+            # the run is executed here may change while the stream is open (it is taken over
+            # here, or handed over), so every Attach stream is one.
             try:
-                await self._write_all(_relay_of(events), writer, "Attach")
+                await self._write_all(_relay_of(events), writer, "Attach", followed=True)
             except AgwError as error:  # the run was handed over: the client re-attaches
                 await abort(context, error)
 
-    async def _write_all(self, relay: Relay, writer: StreamWriter, method: str) -> None:
-        """Write each event `relay` hands on as one message (with heartbeats on silences)."""
+    async def _write_all(
+        self, relay: Relay, writer: StreamWriter, method: str, *, followed: bool = False
+    ) -> None:
+        """Write each event `relay` hands on as one message (with heartbeats on silences).
+
+        `followed`: a stream (Attach) of a run this process may not execute, which ends with
+        `RunHandedOver` when the server stops (`end_streams`)."""
+        task = asyncio.current_task() if followed else None
+        if task is not None:
+            if self._stopping:
+                raise writer.moved()
+            self._followed[task] = writer
         labels = {"rpc.method": method}
         active_streams.add(1, labels)
         context = writer.context
@@ -146,14 +169,36 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         try:
             await relay(writer.write)
         except asyncio.CancelledError:
+            if task is not None and task in self._ending and task.uncancel() == 0:
+                if writer.ended:
+                    return  # its run's end was written: nothing is left to follow
+                raise writer.moved() from None  # ended by `end_streams`, between two writes
             raise
         except Exception:
             if context.done() or context.cancelled():
                 return  # the client went away in the middle of a write
             raise
         finally:
+            if task is not None:
+                self._followed.pop(task, None)
+                self._ending.discard(task)
             await writer.stop()
             active_streams.add(-1, labels)
+
+    async def end_streams(self, timeout_s: float) -> None:
+        """The server stops, its runs drained: end every Attach stream still open with
+        `RunHandedOver` (UNAVAILABLE, reason RUN_HANDED_OVER, the last seq written), so that
+        its client re-attaches elsewhere: at once when it waits for the next event, else
+        after the write under way; wait at most `timeout_s` for them to end. The Query
+        streams end by themselves (the drain ended or handed their runs over)."""
+        self._stopping = True
+        for task, writer in list(self._followed.items()):
+            writer.ending = True
+            if not (writer.writing or writer.ended):  # (one that ended is ending by itself)
+                self._ending.add(task)
+                task.cancel()
+        if self._followed:
+            await asyncio.wait(list(self._followed), timeout=timeout_s)
 
     @unary
     async def Start(self, request: gw.StartRequest, context: Context) -> gw.StartResponse:

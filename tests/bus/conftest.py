@@ -129,6 +129,7 @@ class Replica:
     port: int
     channel: grpc.aio.Channel
     stub: gateway_pb2_grpc.AgentGatewayAsyncStub
+    server: GrpcServer
 
     def query(self, agent_key: str, message: str, **fields: Any) -> Any:
         """The Query call (a stream of events)."""
@@ -221,7 +222,7 @@ async def started(
             await server.start()
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
             stub = gateway_pb2_grpc.AgentGatewayStub(channel)
-            members[name] = Replica(name, front, bus, server.port, channel, stub)
+            members[name] = Replica(name, front, bus, server.port, channel, stub, server)
             stops.append((channel, server, front, providers))
         yield Replicas(members, chats, run_log)
     finally:

@@ -17,7 +17,17 @@ import pytest
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
-from agw_client import AsyncClient, ClientOptions, DeadlineExceeded, Unavailable
+from agw_client import (
+    AsyncClient,
+    Client,
+    ClientOptions,
+    DeadlineExceeded,
+    RunHandedOver,
+    Unavailable,
+)
+
+from service.core.errors import RunHandedOver as HandedOver
+from service.transport.errors import abort
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -166,3 +176,79 @@ async def test_tls_with_own_root_certificate(tmp_path: Path) -> None:
                 await plaintext.list_agents(deadline=2)
     finally:
         await server.stop(None)
+
+
+# A stream follows its run -----------------------------------------------------------------
+
+
+class HandingOver(gateway_pb2_grpc.AgentGatewayServicer):
+    """A run of `total` events whose stream is cut after every `cut` events: ended with
+    UNAVAILABLE RUN_HANDED_OVER (as a draining process does), or, `lost`, by the connection
+    (UNAVAILABLE with no reason); Attach goes on after its `after_seq`."""
+
+    def __init__(self, total: int, cut: int, *, lost: bool = False) -> None:
+        self.total, self.cut, self.lost = total, cut, lost
+        self.calls: list[tuple[str, int]] = []  # (method, after_seq)
+
+    async def _run(self, after_seq: int, context: Context) -> None:
+        for seq in range(after_seq + 1, min(after_seq + self.cut, self.total) + 1):
+            await context.write(pb.Event(seq=seq, run_id="r1", type="content.delta"))
+        if after_seq + self.cut < self.total:
+            if self.lost:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "Connection reset")
+            last = str(min(after_seq + self.cut, self.total))
+            error = HandedOver("handed over", run_id="r1", after_seq=last)
+            await abort(context, error)
+
+    async def Query(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        self.calls.append(("Query", 0))
+        await self._run(0, context)
+
+    async def Attach(self, request: Any, context: Context) -> None:  # type: ignore[override]
+        self.calls.append(("Attach", request.after_seq))
+        await self._run(request.after_seq, context)
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["handed-over", "connection-lost"])
+async def test_a_stream_re_attaches_after_its_last_seq_until_its_run_ends(lost: bool) -> None:
+    servicer = HandingOver(total=10, cut=4, lost=lost)
+    server, port = await serve(servicer)  # type: ignore[arg-type]
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}", retry_backoff=0.01) as agw:
+            stream = agw.query("a", "hi")
+            seqs = [event.seq async for event in stream]
+        assert seqs == list(range(1, 11))
+        assert servicer.calls == [("Query", 0), ("Attach", 4), ("Attach", 8)]
+        assert (stream.reattached, stream.last_seq) == (2, 10)
+
+        def blocking() -> tuple[list[int], int]:
+            with Client(f"127.0.0.1:{port}", retry_backoff=0.01) as agw:
+                stream = agw.attach("r1", 2)
+                return [event.seq for event in stream], stream.reattached
+
+        servicer.calls = []
+        assert await asyncio.to_thread(blocking) == (list(range(3, 11)), 1)
+        assert servicer.calls == [("Attach", 2), ("Attach", 6)]
+    finally:
+        await server.stop(None)
+
+
+async def test_a_stream_gives_up_after_its_attempts_without_a_new_event() -> None:
+    servicer = HandingOver(total=10, cut=0)  # every stream is cut before an event
+    server, port = await serve(servicer)  # type: ignore[arg-type]
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}", retry_backoff=0.01, reattach_attempts=3) as agw:
+            stream = agw.attach("r1", 5)
+            with pytest.raises(RunHandedOver) as caught:
+                [event async for event in stream]
+            assert caught.value.metadata == {"run_id": "r1", "after_seq": "5"}
+            assert servicer.calls == [("Attach", 5)] * 4  # the first call, and 3 attempts
+        async with AsyncClient(f"127.0.0.1:{port}", retry_backoff=0.01, reattach_attempts=0) as agw:
+            servicer.calls = []
+            with pytest.raises(RunHandedOver):
+                [event async for event in agw.attach("r1", 5)]
+            assert servicer.calls == [("Attach", 5)]
+    finally:
+        await server.stop(None)
+    with pytest.raises(ValueError, match="reattach_attempts"):
+        ClientOptions(reattach_attempts=-1)

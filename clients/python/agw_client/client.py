@@ -11,6 +11,7 @@ Every call raises `agw_client.errors.RpcError` subclasses for gRPC statuses.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -20,10 +21,10 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
-from agw_client.errors import from_rpc_error
+from agw_client.errors import RpcError, from_rpc_error
 from agw_client.fold import RunFolder, RunResult
 from agw_client.messages import new_request_id, query_request, set_definition, to_value
-from agw_client.options import ClientOptions, call_kwargs, resolve_options
+from agw_client.options import ClientOptions, Follow, call_kwargs, resolve_options
 
 
 class AsyncQueryStream:
@@ -33,30 +34,67 @@ class AsyncQueryStream:
     `async with` block (or `close()`) before the end drops the stream; the run
     goes on and can be re-joined with `attach`, unless the gateway's disconnect
     policy is to cancel it. `cancel()` stops the run itself.
+
+    The stream follows its run (see `agw_client.options`): when the gateway process
+    streaming it shuts down and hands the run over (`RUN_HANDED_OVER`), or the
+    connection is lost, it re-attaches after `last_seq` through the same target;
+    `reattached` counts how often.
     """
 
-    def __init__(self, client: AsyncClient, call: Any, run_id: str = "") -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        call: Any,
+        run_id: str = "",
+        *,
+        request: gw.QueryRequest | None = None,
+        deadline: float | None = None,
+        after_seq: int = 0,
+    ) -> None:
         self._client = client
         self._call = call
+        self._request = request  # a query's, to send again when refused unstarted
+        self._deadline = deadline
+        self._follow = Follow(client.options)
         self.run_id = run_id
         self.chat_id = ""
-        self.last_seq = 0
+        self.last_seq = after_seq
         self.folder = RunFolder()
+        self._closed = False
+
+    @property
+    def reattached(self) -> int:
+        """How often the stream re-attached to its run (or sent its query again)."""
+        return self._follow.reattached
 
     def __aiter__(self) -> AsyncIterator[pb.Event]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[pb.Event]:
-        try:
-            async for event in self._call:
-                self.run_id = self.run_id or event.run_id
-                self.chat_id = self.chat_id or event.chat_id
-                if event.seq:
-                    self.last_seq = event.seq
-                self.folder.feed(event)
-                yield event
-        except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from error
+        while True:
+            try:
+                async for event in self._call:
+                    self.run_id = self.run_id or event.run_id
+                    self.chat_id = self.chat_id or event.chat_id
+                    if event.seq:
+                        self.last_seq = event.seq
+                        self._follow.progressed()
+                    self.folder.feed(event)
+                    yield event
+                return
+            except grpc.aio.AioRpcError as error:
+                failure = from_rpc_error(error)
+                step = None if self._closed else self._next(failure)
+                if step is None:
+                    raise failure from error
+            await asyncio.sleep(self._follow.backoff())
+            self._call = self._client._call_again(
+                step, self.run_id, self.last_seq, self._request, self._deadline
+            )
+
+    def _next(self, failure: RpcError) -> str | None:
+        step = self._follow.next(failure.code, failure.reason, run_known=bool(self.run_id))
+        return "attach" if step == "query" and self._request is None else step
 
     async def result(self) -> RunResult:
         """Read the stream to its end and return the folded result of the run."""
@@ -73,6 +111,7 @@ class AsyncQueryStream:
     def close(self) -> None:
         """Drop the stream; the run itself goes on (see `cancel`) unless the gateway is set
         to cancel runs whose client went away."""
+        self._closed = True
         self._call.cancel()
 
     async def __aenter__(self) -> AsyncQueryStream:
@@ -138,7 +177,23 @@ class AsyncClient:
         self, request: gw.QueryRequest, *, deadline: float | None = None
     ) -> AsyncQueryStream:
         """Start a run from a ready `QueryRequest`."""
-        return AsyncQueryStream(self, self.stub.Query(request, **self._kw(deadline, stream=True)))
+        call = self.stub.Query(request, **self._kw(deadline, stream=True))
+        return AsyncQueryStream(self, call, request=request, deadline=deadline)
+
+    def _call_again(
+        self,
+        step: str,
+        run_id: str,
+        after_seq: int,
+        request: gw.QueryRequest | None,
+        deadline: float | None,
+    ) -> Any:
+        """The call a stream goes on with (see `AsyncQueryStream`): `Attach` after `after_seq`,
+        or its query sent again."""
+        kw = self._kw(deadline, stream=True)
+        if step == "query" and request is not None:
+            return self.stub.Query(request, **kw)
+        return self.stub.Attach(gw.AttachRequest(run_id=run_id, after_seq=after_seq), **kw)
 
     async def ask(self, agent_key: str, message: str, **fields: Any) -> RunResult:
         """Run a query to its end; raise `RunFailed`/`RunCancelled` unless it completed."""
@@ -152,7 +207,7 @@ class AsyncClient:
         """Re-join a run: the events after `after_seq`, then the live ones to the end."""
         request = gw.AttachRequest(run_id=run_id, after_seq=after_seq)
         call = self.stub.Attach(request, **self._kw(deadline, stream=True))
-        return AsyncQueryStream(self, call, run_id)
+        return AsyncQueryStream(self, call, run_id, deadline=deadline, after_seq=after_seq)
 
     async def submit(
         self,

@@ -8,8 +8,14 @@ Target: `AGW_TARGET` when set, else 127.0.0.1:50051 (where `make run` listens).
 
 Retries: unary calls are retried on `UNAVAILABLE` by gRPC's own retry policy
 (declared in the channel's service config, with exponential back-off), up to
-`retries` more attempts. Streams are never retried: a run is not idempotent,
-and a dropped stream is re-joined with `attach(run_id, after_seq)` instead.
+`retries` more attempts. A run is not idempotent, so a stream is not sent again
+as such; instead a stream follows its run (`Follow`): once it knows its run's id,
+a stream cut with `UNAVAILABLE` — the gateway process shut down and handed the run
+over (`RUN_HANDED_OVER`), or the connection was lost — re-attaches through the same
+target, after the last seq it gave, so the caller sees one stream with no gap and no
+duplicate; a query refused `SHUTTING_DOWN` (nothing was started) is sent again. At
+most `reattach_attempts` times in a row without a new event, with the back-off of the
+retries.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class ClientOptions:
     #: First back-off between attempts, and its ceiling, in seconds (doubling in between).
     retry_backoff: float = 0.2
     retry_max_backoff: float = 5.0
+    #: How often in a row a stream re-attaches to its run (or sends a query the gateway
+    #: refused as it shut down) without a new event, before it raises (0: never).
+    reattach_attempts: int = 8
     #: Extra channel arguments, e.g. (("grpc.keepalive_time_ms", 30000),).
     channel_options: tuple[tuple[str, Any], ...] = ()
 
@@ -74,6 +83,8 @@ class ClientOptions:
             raise ValueError(f"retries must be between 0 and {MAX_RETRIES}")
         if self.retry_backoff <= 0 or self.retry_max_backoff < self.retry_backoff:
             raise ValueError("need 0 < retry_backoff <= retry_max_backoff")
+        if self.reattach_attempts < 0:
+            raise ValueError("reattach_attempts must be >= 0")
 
     def credentials(self) -> grpc.ChannelCredentials | None:
         """Channel credentials for TLS, or None for a plaintext channel."""
@@ -131,3 +142,41 @@ def call_kwargs(options: ClientOptions, deadline: float | None, *, stream: bool)
     default = options.stream_timeout if stream else options.timeout
     timeout = default if deadline is None else deadline
     return {"timeout": timeout, "metadata": options.call_metadata()}
+
+
+#: The reasons of an UNAVAILABLE after which a stream goes on by re-attaching: its run goes
+#: on (handed over; or the connection, the gateway process, the run bus was lost).
+FOLLOWED = frozenset({"", "RUN_HANDED_OVER", "SHUTTING_DOWN", "BUS_UNAVAILABLE"})
+
+
+class Follow:
+    """How one stream follows its run across hand-overs: whether an error is followed, and
+    the back-off before the next attempt."""
+
+    def __init__(self, options: ClientOptions) -> None:
+        self.options = options
+        self.failures = 0  # attempts in a row without a new event
+        self.reattached = 0  # re-attaches (and queries sent again) in all
+
+    def next(self, code: grpc.StatusCode, reason: str, *, run_known: bool) -> str | None:
+        """After a stream failed with `code` and `reason`: "attach" (its run goes on: attach
+        after the last seq), "query" (the query was refused unstarted: send it again) or
+        None (raise). `run_known`: an event of the run arrived (its id is known)."""
+        if code != grpc.StatusCode.UNAVAILABLE or self.failures >= self.options.reattach_attempts:
+            return None
+        if run_known and reason in FOLLOWED:
+            return "attach"
+        if not run_known and reason == "SHUTTING_DOWN":
+            return "query"
+        return None
+
+    def backoff(self) -> float:
+        """The pause before the next attempt (counted), doubling from `retry_backoff`."""
+        self.failures += 1
+        self.reattached += 1
+        pause = self.options.retry_backoff * 2 ** (self.failures - 1)
+        return float(min(pause, self.options.retry_max_backoff))
+
+    def progressed(self) -> None:
+        """A new event arrived: the attempts in a row start again."""
+        self.failures = 0

@@ -13,6 +13,7 @@ raising and call `cancel()` from another thread, as the `agw` command does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -22,40 +23,74 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 from agw.v1 import gateway_pb2_grpc
 
-from agw_client.errors import from_rpc_error
+from agw_client.errors import RpcError, from_rpc_error
 from agw_client.fold import RunFolder, RunResult
 from agw_client.messages import new_request_id, query_request, set_definition, to_value
-from agw_client.options import ClientOptions, call_kwargs, resolve_options
+from agw_client.options import ClientOptions, Follow, call_kwargs, resolve_options
 
 
 class QueryStream:
     """The events of one run, as an iterator; also a context manager that closes it.
 
-    `run_id` and `chat_id` are known once the first event arrived.
+    `run_id` and `chat_id` are known once the first event arrived. The stream follows
+    its run across hand-overs and lost connections as the async one does (see
+    `AsyncQueryStream`); `reattached` counts how often it re-attached.
     """
 
-    def __init__(self, client: Client, call: Any, run_id: str = "") -> None:
+    def __init__(
+        self,
+        client: Client,
+        call: Any,
+        run_id: str = "",
+        *,
+        request: gw.QueryRequest | None = None,
+        deadline: float | None = None,
+        after_seq: int = 0,
+    ) -> None:
         self._client = client
         self._call = call
+        self._request = request  # a query's, to send again when refused unstarted
+        self._deadline = deadline
+        self._follow = Follow(client.options)
         self.run_id = run_id
         self.chat_id = ""
-        self.last_seq = 0
+        self.last_seq = after_seq
         self.folder = RunFolder()
+        self._closed = False
+
+    @property
+    def reattached(self) -> int:
+        """How often the stream re-attached to its run (or sent its query again)."""
+        return self._follow.reattached
 
     def __iter__(self) -> Iterator[pb.Event]:
         return self
 
     def __next__(self) -> pb.Event:
-        try:
-            event: pb.Event = next(self._call)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from error
+        while True:
+            try:
+                event: pb.Event = next(self._call)
+                break
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+                step = None if self._closed else self._next(failure)
+                if step is None:
+                    raise failure from error
+            time.sleep(self._follow.backoff())
+            self._call = self._client._call_again(
+                step, self.run_id, self.last_seq, self._request, self._deadline
+            )
         self.run_id = self.run_id or event.run_id
         self.chat_id = self.chat_id or event.chat_id
         if event.seq:
             self.last_seq = event.seq
+            self._follow.progressed()
         self.folder.feed(event)
         return event
+
+    def _next(self, failure: RpcError) -> str | None:
+        step = self._follow.next(failure.code, failure.reason, run_known=bool(self.run_id))
+        return "attach" if step == "query" and self._request is None else step
 
     def result(self) -> RunResult:
         """Read the stream to its end and return the folded result of the run."""
@@ -72,6 +107,7 @@ class QueryStream:
     def close(self) -> None:
         """Drop the stream; the run itself goes on (see `cancel`) unless the gateway is set
         to cancel runs whose client went away."""
+        self._closed = True
         self._call.cancel()
 
     def __enter__(self) -> QueryStream:
@@ -135,7 +171,22 @@ class Client:
     ) -> QueryStream:
         """Start a run from a ready `QueryRequest`."""
         call = self.stub.Query(request, **call_kwargs(self.options, deadline, stream=True))
-        return QueryStream(self, call)
+        return QueryStream(self, call, request=request, deadline=deadline)
+
+    def _call_again(
+        self,
+        step: str,
+        run_id: str,
+        after_seq: int,
+        request: gw.QueryRequest | None,
+        deadline: float | None,
+    ) -> Any:
+        """The call a stream goes on with (see `QueryStream`): `Attach` after `after_seq`, or
+        its query sent again."""
+        kw = call_kwargs(self.options, deadline, stream=True)
+        if step == "query" and request is not None:
+            return self.stub.Query(request, **kw)
+        return self.stub.Attach(gw.AttachRequest(run_id=run_id, after_seq=after_seq), **kw)
 
     def ask(self, agent_key: str, message: str, **fields: Any) -> RunResult:
         """Run a query to its end; raise `RunFailed`/`RunCancelled` unless it completed."""
@@ -149,7 +200,7 @@ class Client:
         """Re-join a run: the events after `after_seq`, then the live ones to the end."""
         request = gw.AttachRequest(run_id=run_id, after_seq=after_seq)
         call = self.stub.Attach(request, **call_kwargs(self.options, deadline, stream=True))
-        return QueryStream(self, call, run_id)
+        return QueryStream(self, call, run_id, deadline=deadline, after_seq=after_seq)
 
     def submit(
         self,

@@ -42,8 +42,17 @@ class LocalRunBus:
         self._freed[run.run_id] = asyncio.Event()
         return None
 
-    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
+    def on_lost(self, resume: Callable[[str, str], Awaitable[RunState | None]]) -> None:
         return None  # this process's runs only: their owner is never lost to it
+
+    async def drain(self) -> None:
+        return None
+
+    async def can_hand_over(self) -> bool:
+        return False  # a run handed over resumes when the service starts again
+
+    async def hand_over(self, run: RunState) -> None:
+        return None  # its journal has it, for the next process
 
     async def adopt(self, run: RunState) -> bool:
         return await self.register(run) is None

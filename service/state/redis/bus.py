@@ -16,8 +16,8 @@ as `BusUnavailable`) and one table of the runs this replica executes (`owned.py`
 - `outbox.py`: the owner's events appended to the runs' streams, fenced, batched.
 - `mirrors.py` (`mirror.py`, `subscriber.py`): following the runs of other
   replicas, pushed on their channels, read from their streams after a gap.
-- `leases.py`: leases and owner loss — renewals, fences, a lost owner's runs ended
-  as `OWNER_LOST`.
+- `leases.py`: leases and owner loss — renewals, fences, a lost owner's runs resumed
+  or ended as `OWNER_LOST`; the runs a draining replica hands over, taken over at once.
 - `epoch.py`: Redis restarted empty — told by its epoch; the owners re-assert their
   runs' claims, meta, leases and streams before anyone else may claim their chats.
 - `mailbox.py`: Submit and Cancel delivered to the owner's inbox, and answered.
@@ -42,6 +42,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from service.core.commands import SubmitCommand, SubmitResult
+from service.core.errors import BusUnavailable
 from service.core.events import Event
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
@@ -110,6 +111,7 @@ class RedisRunBus:
 
     async def open(self) -> None:
         await self.redis.set(self.keys.alive(self.replica_id), "1", px=self.link.lease_ms)
+        await self.redis.sadd(self.keys.replicas, self.replica_id)
         await self.epoch.check()  # made now (with its window) on a Redis that has none
         for script in (scripts.APPEND_MANY, scripts.RENEW):  # called with EVALSHA in pipelines
             await self.redis.script_load(script)
@@ -118,6 +120,7 @@ class RedisRunBus:
             "leases": self.leases.renew,
             "inbox": self._mailbox.serve,
             "janitor": self.leases.janitor,
+            "handovers": self.leases.take_handed_over,
             "reader": self._mirrors.read_pushed,
             "mirrors": self._mirrors.watch,
             "waits": self._registry.write_waits,
@@ -152,7 +155,10 @@ class RedisRunBus:
         await self._outbox.close()
         self._loops = []
         try:
-            await self.redis.delete(self.keys.alive(self.replica_id))
+            await self.redis.delete(
+                self.keys.alive(self.replica_id), self.keys.draining(self.replica_id)
+            )
+            await self.redis.srem(self.keys.replicas, self.replica_id)
         except (RedisError, OSError) as error:
             log.warning("replica %s: could not sign off (%s)", self.replica_id, error)
         await self.redis.aclose()
@@ -192,17 +198,46 @@ class RedisRunBus:
 
     # -- the port ----------------------------------------------------------------------
 
-    def on_lost(self, resume: Callable[[str], Awaitable[RunState | None]]) -> None:
+    def on_lost(self, resume: Callable[[str, str], Awaitable[RunState | None]]) -> None:
         self.leases.resume = functools.partial(self._resume_lost, resume)
 
     async def _resume_lost(
-        self, resume: Callable[[str], Awaitable[RunState | None]], run_id: str, fence: int
+        self,
+        resume: Callable[[str, str], Awaitable[RunState | None]],
+        run_id: str,
+        fence: int,
+        reason: str,
     ) -> bool:
         self._adopting[run_id] = fence
         try:
-            return await resume(run_id) is not None
+            return await resume(run_id, reason) is not None
         finally:
             self._adopting.pop(run_id, None)
+
+    async def drain(self) -> None:
+        try:
+            await self.leases.drain()
+        except BusUnavailable as error:  # it drains all the same; others may not know it
+            log.warning("replica %s drains; could not say so (%s)", self.replica_id, error)
+
+    async def can_hand_over(self) -> bool:
+        try:
+            return await self.leases.others_up()
+        except BusUnavailable:
+            return False  # nobody could take a run over now: the runs keep their grace
+
+    async def hand_over(self, run: RunState) -> None:
+        owned = self._runs.get(run.run_id)
+        if owned is None:
+            return
+        try:
+            handed = await self.leases.hand_over(owned)
+        except BusUnavailable as error:  # its lease expires: a replica takes it over then
+            log.warning("run %s: could not hand it over (%s)", run.run_id, error)
+            handed = False
+        if handed:
+            log.info("run %s handed over: another replica takes it over", run.run_id)
+        await self.release(run.run_id)
 
     async def adopt(self, run: RunState) -> bool:
         fence = self._adopting.get(run.run_id)

@@ -15,6 +15,14 @@ between lets its lease expire and another one does it again.
 
 An owner that comes back has its appends and renewals refused by the fence: it
 cancels its run (reason "fenced") and writes nothing more of it (`RunState.fenced`).
+
+*Hand-over.* A draining owner stops the runs that can resume elsewhere and hands each
+over (`hand_over`): once its events are appended, the `HANDOVER` script moves the fence
+on, lets the lease go, marks the run and queues its id; every replica not draining waits
+on that queue (`take_handed_over`), and the one that pops the id declares the run lost
+and resumes it at once (reason `drain`), with no lease to wait out. A run nobody pops
+(every replica drains) is found by the janitors as any run without a lease. A draining
+replica declares no run lost (it would resume it only to hand it over again).
 An owner whose run Redis no longer knows (it restarted empty) re-asserts it
 (`epoch.py`); followers elsewhere end a run that nobody re-asserts in time
 (`mirrors.vanished`).
@@ -34,11 +42,13 @@ from service.core import events
 from service.core.errors import AgwError, OwnerLost
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, Event
 from service.state.redis import scripts
-from service.state.redis.link import Link
+from service.state.redis.link import INBOX_POLL_S, Link
 from service.state.redis.meta import events_of, read_meta, text
 from service.state.redis.owned import Owned, OwnedRuns
 
 log = logging.getLogger("agw.bus")
+
+DRAINING_MS = 3_600_000  # a draining replica's mark outlives any drain (deleted at close)
 
 
 class Leases:
@@ -51,10 +61,13 @@ class Leases:
         self._gone = gone
         self._renew = link.redis.register_script(scripts.RENEW)
         self._declare = link.redis.register_script(scripts.DECLARE)
+        self._hand_over = link.redis.register_script(scripts.HANDOVER)
         self._declaring: set[asyncio.Task[bool]] = set()
-        # Asked to resume a run this replica declared lost (its fence given): True when it
-        # goes on here; the run is ended OWNER_LOST otherwise (`RunBus.on_lost`).
-        self.resume: Callable[[str, int], Awaitable[bool]] | None = None
+        # Asked to resume a run this replica declared lost (its fence given, and the reason:
+        # `owner_lost`, or `drain` for a run handed over): True when it goes on here; the
+        # run is ended OWNER_LOST otherwise (`RunBus.on_lost`).
+        self.resume: Callable[[str, int, str], Awaitable[bool]] | None = None
+        self.draining = False  # this replica stops: it takes no run over
 
     @property
     def tasks(self) -> list[asyncio.Task[bool]]:
@@ -63,13 +76,15 @@ class Leases:
 
     async def renew(self) -> None:
         """After a third of the lease: renew the leases of the live runs, and this replica's
-        liveness; a run whose fence changed was taken over, and is fenced here."""
+        liveness (and its place in the set of replicas); a run whose fence changed was taken
+        over, and is fenced here."""
         link = self._link
         await asyncio.sleep(link.lease_ttl_s / 3)
         await link.writable()
         owned = self._runs.live()
         pipe = link.redis.pipeline(transaction=False)
         pipe.set(link.keys.alive(link.replica_id), "1", px=link.lease_ms)
+        pipe.sadd(link.keys.replicas, link.replica_id)  # again, if Redis lost its data
         for o in owned:
             run_id = o.run.run_id
             lease = f"{link.replica_id}:{o.fence}"
@@ -79,7 +94,7 @@ class Leases:
         if any(isinstance(result, NoScriptError) for result in results):
             await link.redis.script_load(scripts.RENEW)
             return
-        for o, renewed in zip(owned, results[1:], strict=True):
+        for o, renewed in zip(owned, results[2:], strict=True):
             if isinstance(renewed, Exception):
                 log.warning("cannot renew the lease of run %s (%s)", o.run.run_id, renewed)
             elif int(renewed) == scripts.GONE:
@@ -89,7 +104,7 @@ class Leases:
 
     def fence(self, owned: Owned) -> None:
         """Another replica declared this one lost for the run: stop it here, write nothing."""
-        if owned.fenced:
+        if owned.fenced or owned.handed_over:
             return
         owned.fenced = True
         owned.run.fenced = True
@@ -117,10 +132,15 @@ class Leases:
         task.add_done_callback(self._declaring.discard)
 
     async def declare_lost(self, run_id: str) -> bool:
-        """End the run as lost when its owner's lease expired; True when this replica did."""
+        """End the run as lost when its owner's lease expired (or it was handed over): resume
+        it here, or end it OWNER_LOST; True when this replica did. A draining replica does
+        not (another one will)."""
+        if self.draining:
+            return False
         link = self._link
-        fence = int(
-            await self._declare(
+        fence, handed = (
+            int(value)
+            for value in await self._declare(
                 keys=[link.keys.meta(run_id), link.keys.lease(run_id), link.keys.active],
                 args=[run_id, link.replica_id, link.lease_ms],
             )
@@ -128,12 +148,16 @@ class Leases:
         if not fence:
             return False
         if self.resume is not None:
+            reason = "drain" if handed else "owner_lost"
             try:
-                if await self.resume(run_id, fence):
-                    log.warning(
-                        "run %s: its replica was lost (its lease expired); resumed here",
-                        run_id,
-                    )
+                if await self.resume(run_id, fence, reason):
+                    if handed:
+                        log.info("run %s: handed over by a draining replica; resumed here", run_id)
+                    else:
+                        log.warning(
+                            "run %s: its replica was lost (its lease expired); resumed here",
+                            run_id,
+                        )
                     return True
             except Exception:
                 log.exception("run %s: could not resume it; ending it OWNER_LOST", run_id)
@@ -158,6 +182,67 @@ class Leases:
                 meta.replica,
             )
         return appended
+
+    async def hand_over(self, owned: Owned) -> bool:
+        """Let another replica take `owned` over at once (this one drains, the run stopped
+        here without an end): once what it published is appended, the `HANDOVER` script.
+        False when the run was not this replica's any more."""
+        link = self._link
+        run_id = owned.run.run_id
+        if not owned.live:
+            return False
+        await owned.wait_drained(link.reply_timeout_s)
+        owned.handed_over = True  # no renewal, no append from now on
+        async with link.reaching("hand over"):
+            handed = await self._hand_over(
+                keys=[link.keys.meta(run_id), link.keys.lease(run_id), link.keys.handovers],
+                args=[owned.fence, run_id],
+            )
+        return bool(int(handed))
+
+    async def drain(self) -> None:
+        """This replica stops: it takes no run over from now on, and says so (for
+        `others_up`)."""
+        self.draining = True
+        link = self._link
+        async with link.reaching("drain"):
+            await link.redis.set(link.keys.draining(link.replica_id), "1", px=DRAINING_MS)
+
+    async def others_up(self) -> bool:
+        """Whether another replica is up (its liveness key) and not draining; the replicas
+        found down are pruned from the set of replicas."""
+        link, keys = self._link, self._link.keys
+        async with link.reaching("find replicas"):
+            members = [text(m) for m in await link.redis.smembers(keys.replicas)]
+            others = [m for m in members if m != link.replica_id]
+            if not others:
+                return False
+            pipe = link.redis.pipeline(transaction=False)
+            for replica in others:
+                pipe.exists(keys.alive(replica))
+                pipe.exists(keys.draining(replica))
+            found = await pipe.execute()
+            states = list(zip(others, found[0::2], found[1::2], strict=True))
+            down = [replica for replica, alive, _ in states if not alive]
+            if down:
+                await link.redis.srem(keys.replicas, *down)
+        return any(alive and not draining for _, alive, draining in states)
+
+    async def take_handed_over(self) -> None:
+        """Wait (a poll period at most) for a run a draining replica handed over, and take
+        it over: declared lost here, it resumes here (in a task of its own)."""
+        link = self._link
+        if self.draining:
+            await asyncio.sleep(INBOX_POLL_S)
+            return
+        item = await link.redis.blpop([link.keys.handovers], timeout=INBOX_POLL_S)
+        if item is None:
+            return
+        run_id = text(item[1])
+        if self.draining:  # this replica began to drain meanwhile: for another one
+            await link.redis.lpush(link.keys.handovers, run_id)
+            return
+        self.declare_soon(run_id)
 
     async def janitor(self) -> None:
         """About every lease period: end the runs of other replicas whose lease expired,

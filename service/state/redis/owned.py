@@ -31,6 +31,7 @@ class Owned:
     fenced: bool = False  # another replica took the run over
     restore: bool = False  # Redis lost the run: its events wait until it is re-asserted
     resend: bool = False  # re-asserted: its whole log is to be appended again
+    handed_over: bool = False  # stopped here as the replica drains, for another to resume
 
     def __post_init__(self) -> None:
         self.drained.set()
@@ -38,7 +39,7 @@ class Owned:
     @property
     def live(self) -> bool:
         """Whether its lease is still to be renewed."""
-        return not (self.fenced or self.published_end)
+        return not (self.fenced or self.published_end or self.handed_over)
 
     async def wait_drained(self, timeout_s: float) -> bool:
         """Wait until what was handed over so far is appended; False on time-out."""

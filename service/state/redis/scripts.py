@@ -32,7 +32,8 @@ class Keys:
 
     def meta(self, run_id: str) -> str:
         """Hash: `chat`, `tenant`, `subject`, `replica` (its owner), `status`, `fence`,
-        `agent` (its agent's key), `waits` (its open waits, JSON)."""
+        `agent` (its agent's key), `waits` (its open waits, JSON), `handover` (set while a
+        run its draining owner handed over waits to be taken over)."""
         return f"{self.prefix}run:{run_id}:meta"
 
     def lease(self, run_id: str) -> str:
@@ -64,9 +65,24 @@ class Keys:
         claims (a lease); meanwhile nobody else claims a chat that has records."""
         return f"{self.prefix}epoch:reclaiming"
 
+    @property
+    def handovers(self) -> str:
+        """List: the ids of the runs draining replicas handed over, for any replica to take
+        over at once (`HANDOVER`)."""
+        return f"{self.prefix}runs:handed-over"
+
     def alive(self, replica: str) -> str:
         """Expiring: the replica is up."""
         return f"{self.prefix}replica:{replica}:alive"
+
+    def draining(self, replica: str) -> str:
+        """Expiring: the replica drains (it stops): it takes no run over."""
+        return f"{self.prefix}replica:{replica}:draining"
+
+    @property
+    def replicas(self) -> str:
+        """Set: the ids of the replicas that opened the bus (those found down are pruned)."""
+        return f"{self.prefix}replicas"
 
     def inbox(self, replica: str) -> str:
         """List: the Submit and Cancel requests for the runs of the replica."""
@@ -247,21 +263,38 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """
 
-#: Declares a run's owner lost: its lease is gone and the run has not ended. Returns the new
-#: fence (the declarer now holds the lease, so that nobody else declares meanwhile), else 0.
+#: Declares a run's owner lost: its lease is gone and the run has not ended. Returns {the new
+#: fence (the declarer now holds the lease, so that nobody else declares meanwhile), 1 when
+#: the owner handed the run over as it drained (`HANDOVER`), else 0}, else {0, 0}.
 #: KEYS: meta, lease, active set; ARGV: run, declaring replica, lease ms
 DECLARE = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {0, 0} end
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == false then
   redis.call('SREM', KEYS[3], ARGV[1])
-  return 0
+  return {0, 0}
 end
-if status ~= 'running' and status ~= 'lost' then return 0 end
+if status ~= 'running' and status ~= 'lost' then return {0, 0} end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+local handed = redis.call('HDEL', KEYS[1], 'handover')
 redis.call('HSET', KEYS[1], 'status', 'lost')
 redis.call('SET', KEYS[2], ARGV[2] .. ':' .. fence, 'PX', ARGV[3])
-return fence
+return {fence, handed}
+"""
+
+#: Hands a running run over (its owner drains; ARGV[1] its fence): the fence moves on, so that
+#: nothing more of the owner is taken (a renewal or an append under way), the lease is let
+#: go and the run marked `handover`, and its id is queued on the handovers list for another
+#: replica to declare it lost and resume it at once (1; 0 when the run is not the owner's).
+#: KEYS: meta, lease, handovers; ARGV: fence, run
+HANDOVER = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'handover', 1)
+redis.call('DEL', KEYS[2])
+redis.call('RPUSH', KEYS[3], ARGV[2])
+return 1
 """
 
 #: Makes replica ARGV[2] the owner of a run it declared lost with the fence ARGV[1], to resume

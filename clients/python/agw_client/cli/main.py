@@ -53,6 +53,14 @@ def _common() -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="deadline of unary calls, seconds"
     )
     group.add_argument(
+        "--reattach-attempts",
+        type=int,
+        default=ClientOptions.reattach_attempts,
+        metavar="N",
+        help="a stream cut as its gateway process shuts down (or a query it refused) is "
+        "followed on: re-attached (or sent again) at most N times in a row (default %(default)s)",
+    )
+    group.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="ANSI colors"
     )
     return common
@@ -110,6 +118,7 @@ class Cli:
                 root_certificates=ca,
                 token=args.token,
                 timeout=args.timeout,
+                reattach_attempts=args.reattach_attempts,
             )
         )
 
