@@ -39,6 +39,7 @@ from service.core.errors import RunHandedOver
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
 from service.core.middleware import hooks
 from service.core.run.journal import JournalEntry, Journaling, Lane, Replay, RunSteps, lane_path
+from service.core.signals import Flag
 
 Observer = Callable[[Event], None]
 T = TypeVar("T")
@@ -72,18 +73,18 @@ class EventLog(Sequence[Event]):
         self._events: list[Event] = list(journaled)
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
-        self._dropped: set[str] = set()  # ids of blocks whose start a middleware dropped
+        self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
         for event in self._events:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
-        self._finished = asyncio.Event()
+        self._finished = Flag()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
         # Journaled: each event goes to the journal, and readers see the durable ones only.
         self.journaling = journaling
         self._visible: int | None = len(self._events) if journaling is not None else None
         self._published: list[Observer] = []  # told of each event once it is visible
-        self._all_published = asyncio.Event()  # the terminal event is visible
+        self._all_published = Flag()  # the terminal event is visible
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
         self.steps: RunSteps | None = None  # a journaled run's steps
@@ -255,7 +256,7 @@ class EventLog(Sequence[Event]):
                     event = original
                     break
                 if field in BLOCKS:
-                    self._dropped.add(getattr(getattr(event, field), BLOCKS[field][1]))
+                    self._dropped[getattr(getattr(event, field), BLOCKS[field][1])] = None
                 return None
             event = changed
         new_field: str | None = event.WhichOneof("payload")
@@ -268,7 +269,7 @@ class EventLog(Sequence[Event]):
         if new_field in BLOCK_ENDS and self._dropped:
             block_id = getattr(getattr(event, new_field), BLOCK_ENDS[new_field])
             if block_id in self._dropped:
-                self._dropped.discard(block_id)
+                del self._dropped[block_id]
                 return None
         return event, new_field
 

@@ -21,6 +21,7 @@ from service.core.ids import ANONYMOUS, Principal
 from service.core.model import ModelRequest, Usage, add_usage
 from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
+from service.core.signals import Flag
 
 #: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
 Pricing = Callable[[str, Usage], float | None]
@@ -88,7 +89,7 @@ class RunState:
         # {"text", "through"}: written into the run's next chat record, then cleared.
         self.context_summary: dict[str, str] | None = None
         self._turn_observers: list[TurnObserver] = []
-        self._ended = asyncio.Event()  # set once the run's task has ended and let go
+        self._ended = Flag()  # set once the run's task has ended and let go
         log.subject = self
 
     @property
