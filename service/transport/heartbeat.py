@@ -47,6 +47,22 @@ class StreamWriter:
     being sent waits for it (`_beating`), so that two writes never overlap.
     """
 
+    __slots__ = (
+        "_beat",
+        "_beat_sending",
+        "_beating",
+        "_last",
+        "_loop",
+        "_stopped",
+        "_timer",
+        "_writing",
+        "chat_id",
+        "context",
+        "heartbeats",
+        "interval_s",
+        "run_id",
+    )
+
     def __init__(
         self, context: Context, interval_s: float, *, run_id: str = "", chat_id: str = ""
     ) -> None:
