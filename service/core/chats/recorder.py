@@ -100,6 +100,32 @@ class Step:
 class ChatRecorder:
     """Records one run into the chat store."""
 
+    __slots__ = (
+        "_actions",
+        "_closing",
+        "_ended",
+        "_held",
+        "_plan",
+        "_position",
+        "_positional",
+        "_positions",
+        "_seq",
+        "_shown_content",
+        "_skip",
+        "_slice_start",
+        "_stage",
+        "_system",
+        "_tool_info",
+        "_user_written",
+        "_waiting",
+        "_writes",
+        "_written_plan",
+        "first_stage",
+        "run",
+        "store",
+        "user_message",
+    )
+
     def __init__(
         self,
         store: ChatStore,

@@ -54,6 +54,30 @@ _BLOCK_ROLES: dict[str, tuple[bool, str]] = {
 class EventLog(Sequence[Event]):
     """The ordered, append-only events of one run."""
 
+    __slots__ = (
+        "_all_published",
+        "_done",
+        "_dropped",
+        "_events",
+        "_finished",
+        "_observers",
+        "_on_event",
+        "_open",
+        "_published",
+        "_raw",
+        "_visible",
+        "_waiters",
+        "chat_id",
+        "handed_over",
+        "journaling",
+        "on_unwatched",
+        "replay",
+        "run_id",
+        "steps",
+        "subject",
+        "subscribers",
+    )
+
     def __init__(
         self,
         run_id: str,

@@ -90,6 +90,22 @@ class ToolOutcome:
 class ToolExecutor:
     """Runs the tool calls of one run."""
 
+    __slots__ = (
+        "agent_key",
+        "ask_on_loop",
+        "cache",
+        "delegates",
+        "described",
+        "loops",
+        "memory",
+        "out",
+        "permission",
+        "registry",
+        "rendered",
+        "run",
+        "waits",
+    )
+
     def __init__(
         self,
         run: RunState,

@@ -59,6 +59,25 @@ class Accounting:
 class RunState:
     """The live state of one run of an agent on a chat."""
 
+    __slots__ = (
+        "_ended",
+        "_turn_observers",
+        "accounting",
+        "agent_key",
+        "cancel_reason",
+        "context_summary",
+        "debug_level",
+        "failure",
+        "fenced",
+        "log",
+        "owner",
+        "parked",
+        "resumable",
+        "started_at",
+        "task",
+        "waker",
+    )
+
     def __init__(
         self,
         log: EventLog,
