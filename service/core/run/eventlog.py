@@ -94,7 +94,9 @@ class EventLog(Sequence[Event]):
         self.subject = subject
         self.subscribers = 0  # readers following the log right now
         self.on_unwatched: Callable[[EventLog], None] | None = None  # last reader left
-        self._events: list[Event] = list(journaled)
+        # The events; once the run ended and the run log took their bytes, those bytes
+        # (`_Packed`): what the run holds while it is kept.
+        self._events: list[Event] | _Packed = list(journaled)
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
@@ -182,7 +184,7 @@ class EventLog(Sequence[Event]):
             event, field = kept
         if self.replay is not None and self.replay.holds(event, field):
             return event  # the run resumed: its log has this event already
-        log = self._events
+        log: list[Event] = self._events  # type: ignore[assignment]  # packed only once done
         event.seq = len(log) + 1
         self._track(event, field)
         log.append(event)
@@ -218,16 +220,22 @@ class EventLog(Sequence[Event]):
         """Append `event` as it was (seq and time), without telling anyone: to rebuild, one
         event after the other, what a resumed run's recorder saw."""
         self._track(event, event.WhichOneof("payload") or "")
-        self._events.append(event)
+        log: list[Event] = self._events  # type: ignore[assignment]  # never packed: no bytes
+        log.append(event)
         self._raw = None
 
     def serialized(self) -> list[bytes] | None:
         """Each event's bytes as the journal wrote them, once, or None (not journaled, or
         taken already): the run log keeps these rather than serialising the events again.
-        Taken at the run's end, they are not kept as long as the run is."""
+
+        Taken at the run's end, they become what the log holds for as long as the run is
+        kept (`_Packed`): an event parsed is 0.5–1 KiB, its bytes a tenth of that. Readers
+        following the log already keep reading the events they had."""
         raw, self._raw = self._raw, None
-        if raw is None or not self._done or len(raw) != len(self._events):
+        events = self._events
+        if raw is None or not self._done or len(raw) != len(events):
             return None
+        self._events = _Packed(raw, events[-1])
         return raw
 
     def publish(self, seq: int) -> None:
@@ -390,6 +398,40 @@ class EventLog(Sequence[Event]):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class _Packed(Sequence[Event]):
+    """An ended run's events as the bytes its journal wrote, each parsed again when read
+    (a late reader's replay), but the terminal event, which is kept as it is."""
+
+    __slots__ = ("_raw", "_terminal")
+
+    def __init__(self, raw: list[bytes], terminal: Event) -> None:
+        self._raw = raw
+        self._terminal = terminal
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        if isinstance(index, slice):
+            return [self._event(i) for i in range(*index.indices(len(self._raw)))]
+        return self._event(index)
+
+    def __iter__(self) -> Iterator[Event]:
+        return (self._event(i) for i in range(len(self._raw)))
+
+    def _event(self, index: int) -> Event:
+        raw = self._raw[index]  # IndexError past either end, as a list's
+        if index == -1 or index == len(self._raw) - 1:
+            return self._terminal
+        return Event.FromString(raw)
 
 
 class Emitter:
