@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import sqlite3
 import time
@@ -217,8 +216,8 @@ async def test_an_ended_run_kept_holds_its_events_as_bytes_and_reads_the_same() 
     before = [Event.FromString(e.SerializeToString()) for e in log]
     terminal = log.terminal
     encode_events(log)
-    held = [o for o in gc.get_referents(log) if type(o).__name__ == "_Packed"]
-    assert held, "the ended log should hold its events' bytes"
+    held = log._events  # what the log holds: every event but the terminal one as bytes
+    assert [type(e) for e in held] == [bytes] * (len(before) - 1) + [Event]
     assert list(log) == before and len(log) == len(before)
     assert [log[i] for i in range(len(log))] == before == [log[i - len(log)] for i in range(3)]
     assert list(log[1:]) == before[1:]
@@ -227,3 +226,41 @@ async def test_an_ended_run_kept_holds_its_events_as_bytes_and_reads_the_same() 
         assert [e async for e in log.follow(after_seq)] == before[after_seq:]
     with pytest.raises(IndexError):
         log[len(before)]
+
+
+async def test_a_live_runs_events_its_only_reader_read_are_held_as_bytes() -> None:
+    """While its only reader waits, a journaled run holds the events that reader has read as
+    their bytes; a reader joining later, and the log read by index, get the same events,
+    and the first reader goes on with the run's next events to its end."""
+
+    class Journal:
+        async def write(self, entries: Sequence[JournalEntry]) -> None:
+            return None
+
+        def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+            return True
+
+    journaling = Journaling(Journal())
+    log = EventLog(RUN, "chat", journaling=journaling)
+    first, second, terminal = ended_run(RUN, "hello")
+    for event in (first, second):
+        event.ClearField("seq")
+        log.emit(event)
+    await journaling.flush()
+    received: list[Event] = []
+
+    async def send(event: Event) -> None:
+        received.append(event)
+
+    relay = asyncio.create_task(log.relay(0, send))
+    async with asyncio.timeout(5):
+        while len(received) < 2 or not log._waiters:  # noqa: ASYNC110 (the reader waits)
+            await asyncio.sleep(0.001)
+    assert [type(e) for e in log._events] == [bytes, bytes]
+    assert list(log) == received == [log[0], log[1]]
+    terminal.ClearField("seq")
+    log.emit(terminal)
+    await journaling.flush()
+    await asyncio.wait_for(relay, 5)
+    assert [e.seq for e in received] == [1, 2, 3] and received[2] is log.terminal
+    assert [e async for e in log.follow(0)] == received  # a later reader: the same events

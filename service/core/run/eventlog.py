@@ -63,6 +63,7 @@ class EventLog(Sequence[Event]):
         "_observers",
         "_on_event",
         "_open",
+        "_packed",
         "_published",
         "_raw",
         "_visible",
@@ -94,14 +95,16 @@ class EventLog(Sequence[Event]):
         self.subject = subject
         self.subscribers = 0  # readers following the log right now
         self.on_unwatched: Callable[[EventLog], None] | None = None  # last reader left
-        # The events; once the run ended and the run log took their bytes, those bytes
-        # (`_Packed`): what the run holds while it is kept.
-        self._events: list[Event] | _Packed = list(journaled)
+        # The events, or the bytes the journal wrote of those every reader has read
+        # (`_pack`): a parsed event holds 0.5–1 KiB, its bytes a tenth of that. Read
+        # through `_parsed`, which parses bytes again (for a late reader).
+        self._events: list[Event | bytes] = list(journaled)
+        self._packed = 0  # the events before this index may be held as bytes
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
-        for event in self._events:
+        for event in journaled:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
         self._finished = Flag()
@@ -130,10 +133,12 @@ class EventLog(Sequence[Event]):
     def __getitem__(self, index: slice) -> Sequence[Event]: ...
 
     def __getitem__(self, index: int | slice) -> Event | Sequence[Event]:
-        return self._events[index]
+        if isinstance(index, slice):
+            return [_parsed(entry) for entry in self._events[index]]
+        return _parsed(self._events[index])
 
     def __iter__(self) -> Iterator[Event]:
-        return iter(self._events)
+        return map(_parsed, self._events)
 
     @property
     def done(self) -> bool:
@@ -142,7 +147,7 @@ class EventLog(Sequence[Event]):
 
     @property
     def terminal(self) -> Event | None:
-        return self._events[-1] if self.done else None
+        return _parsed(self._events[-1]) if self.done else None
 
     # -- writing -----------------------------------------------------------------------
 
@@ -184,7 +189,7 @@ class EventLog(Sequence[Event]):
             event, field = kept
         if self.replay is not None and self.replay.holds(event, field):
             return event  # the run resumed: its log has this event already
-        log: list[Event] = self._events  # type: ignore[assignment]  # packed only once done
+        log = self._events
         event.seq = len(log) + 1
         self._track(event, field)
         log.append(event)
@@ -220,8 +225,7 @@ class EventLog(Sequence[Event]):
         """Append `event` as it was (seq and time), without telling anyone: to rebuild, one
         event after the other, what a resumed run's recorder saw."""
         self._track(event, event.WhichOneof("payload") or "")
-        log: list[Event] = self._events  # type: ignore[assignment]  # never packed: no bytes
-        log.append(event)
+        self._events.append(event)
         self._raw = None
 
     def serialized(self) -> list[bytes] | None:
@@ -229,19 +233,28 @@ class EventLog(Sequence[Event]):
         taken already): the run log keeps these rather than serialising the events again.
 
         Taken at the run's end, they become what the log holds for as long as the run is
-        kept (`_Packed`): an event parsed is 0.5–1 KiB, its bytes a tenth of that. Readers
-        following the log already keep reading the events they had."""
+        kept: every event but the terminal one is held as its bytes from then on (`_pack`).
+        """
         raw, self._raw = self._raw, None
-        events = self._events
-        if raw is None or not self._done or len(raw) != len(events):
+        if raw is None or not self._done or len(raw) != len(self._events):
             return None
-        self._events = _Packed(raw, events[-1])
+        self._pack(raw, len(raw) - 1)
         return raw
+
+    def _pack(self, raw: list[bytes], upto: int) -> None:
+        """Hold the events before `upto` as their bytes (`raw`, index for index): those every
+        reader has read, of a run whose journal wrote them. A reader reading one again (a
+        late one, a replay) parses it again; its observers had it when it was appended."""
+        log = self._events
+        upto = min(upto, len(raw), len(log))
+        for index in range(self._packed, upto):
+            log[index] = raw[index]
+        self._packed = max(self._packed, upto)
 
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
-            for event in self._events[self._visible : seq] if self._published else ():
+            for event in self[self._visible : seq] if self._published else ():
                 for observer in self._published:
                     observer(event)
             self._visible = seq
@@ -335,11 +348,13 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    yield log[index - 1]
+                    yield _parsed(log[index - 1])
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
                     raise self._moved(index)
+                if self.subscribers == 1 and self._raw is not None:
+                    self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
@@ -361,11 +376,14 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    await send(log[index - 1])
+                    event = log[index - 1]
+                    await send(event if not isinstance(event, bytes) else Event.FromString(event))
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
                     raise self._moved(index)
+                if self.subscribers == 1 and self._raw is not None:
+                    self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
@@ -400,38 +418,9 @@ class EventLog(Sequence[Event]):
                 waiter.set_result(None)
 
 
-class _Packed(Sequence[Event]):
-    """An ended run's events as the bytes its journal wrote, each parsed again when read
-    (a late reader's replay), but the terminal event, which is kept as it is."""
-
-    __slots__ = ("_raw", "_terminal")
-
-    def __init__(self, raw: list[bytes], terminal: Event) -> None:
-        self._raw = raw
-        self._terminal = terminal
-
-    def __len__(self) -> int:
-        return len(self._raw)
-
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        if isinstance(index, slice):
-            return [self._event(i) for i in range(*index.indices(len(self._raw)))]
-        return self._event(index)
-
-    def __iter__(self) -> Iterator[Event]:
-        return (self._event(i) for i in range(len(self._raw)))
-
-    def _event(self, index: int) -> Event:
-        raw = self._raw[index]  # IndexError past either end, as a list's
-        if index == -1 or index == len(self._raw) - 1:
-            return self._terminal
-        return Event.FromString(raw)
+def _parsed(entry: Event | bytes) -> Event:
+    """A log's entry as an event: held as its bytes (`EventLog._pack`), parsed again."""
+    return Event.FromString(entry) if isinstance(entry, bytes) else entry
 
 
 class Emitter:
