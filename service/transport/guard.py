@@ -89,15 +89,20 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return decode
 
 
-def _counting(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+def _counting(serializer: Callable[..., bytes] | None) -> Callable[[Any], bytes] | None:
+    """`serializer` counting the call's messages. A protobuf message is written in its
+    deterministic form (map entries sorted): an event a late reader gets parsed again from
+    the bytes its run holds (service/core/run/eventlog.py) is then written as the very
+    bytes the live stream got, whatever order its maps' entries were in."""
     if serializer is None:
         return None
+    protobuf = getattr(serializer, "__name__", "") == "SerializeToString"
 
     def encode(message: Any) -> bytes:
         sent = _sent.get()
         if sent is not None:
             sent.count += 1
-        return serializer(message)
+        return serializer(message, deterministic=True) if protobuf else serializer(message)
 
     return encode
 
