@@ -231,11 +231,10 @@ class StreamingClient:
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[ModelDelta]]:
         """Open the call (retrying before the first byte); yield an iterator of deltas."""
-        body = self.wire.body(request)
         url = self.wire.url(self.base_url, request)
-        observer.current().request(url, self._headers, body, self._mask)
         try:
-            response, first = await self._open(url, encode_body(body))  # holds a slot
+            # The body is not held while the answer streams: only its bytes, while they are sent.
+            response, first = await self._open(url, self._encoded(url, request))  # holds a slot
             deltas = self._deltas(response, first)
             try:
                 yield deltas
@@ -246,6 +245,12 @@ class StreamingClient:
         except ProviderError as exc:
             self._scrub(exc)
             raise
+
+    def _encoded(self, url: str, request: ModelRequest) -> bytes:
+        """The bytes of `request`'s body (which the interaction observer sees first)."""
+        body = self.wire.body(request)
+        observer.current().request(url, self._headers, body, self._mask)
+        return encode_body(body)
 
     def _scrub(self, error: ProviderError) -> None:
         """Mask this provider's secrets in an error, whatever raised it (they are masked

@@ -89,15 +89,20 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return decode
 
 
-def _counting(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+def _counting(serializer: Callable[..., bytes] | None) -> Callable[[Any], bytes] | None:
+    """`serializer` counting the call's messages. A protobuf message is written in its
+    deterministic form (map entries sorted): an event a late reader gets parsed again from
+    the bytes its run holds (service/core/run/eventlog.py) is then written as the very
+    bytes the live stream got, whatever order its maps' entries were in."""
     if serializer is None:
         return None
+    protobuf = getattr(serializer, "__name__", "") == "SerializeToString"
 
     def encode(message: Any) -> bytes:
         sent = _sent.get()
         if sent is not None:
             sent.count += 1
-        return serializer(message)
+        return serializer(message, deterministic=True) if protobuf else serializer(message)
 
     return encode
 
@@ -149,6 +154,11 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
 
     def __init__(self, authenticator: Authenticator) -> None:
         self.authenticator = authenticator
+        # The guarded handler of each method, made once: gRPC keeps a call's handler for as
+        # long as the call lasts, and an open stream should not hold its own copy of the
+        # wrappers (with their closures). Keyed by method, checked against the handler the
+        # service returned (the same object for every call of a method).
+        self._guarded_handlers: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -161,6 +171,14 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
         method: str = details.method
         if handler is None:
             return None
+        cached = self._guarded_handlers.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        guarded = self._guard(handler, method)
+        self._guarded_handlers[method] = (handler, guarded)
+        return guarded
+
+    def _guard(self, handler: Any, method: str) -> grpc.RpcMethodHandler[Any, Any]:
         if not method.startswith(SERVICE_PREFIX):
             return _decoded_safely(handler, method)
         name = method.removeprefix(SERVICE_PREFIX)
@@ -181,13 +199,26 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
     def _guarded(
         self, name: str, behavior: Any, *, stream: bool
     ) -> Callable[[Any, Any], Awaitable[Any]]:
+
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            """Refuse an undecodable or unauthenticated call, else let the handler serve it;
+            log the call as it ends. One coroutine: an open stream's frames are its memory."""
             started = time.perf_counter()
             sent = _Sent()
             _sent.set(sent)
             code = grpc.StatusCode.UNKNOWN  # an exception other than an abort
             try:
-                result = await self._serve(name, behavior, request, context)
+                try:
+                    if isinstance(request, Undecodable):
+                        log.warning("%s: undecodable request (%s)", name, request.error[:200])
+                        raise InvalidRequest(f"the request is not a valid {name} request")
+                    who = await self.authenticator.authenticate(_metadata(context))
+                except AgwError as error:
+                    await abort(context, error)
+                    result = None
+                else:
+                    _principal.set(who)
+                    result = await behavior(request, context)
                 code = _final_code(context)
                 return result
             except asyncio.CancelledError:
@@ -201,21 +232,10 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
 
         return guarded
 
-    async def _serve(
-        self, name: str, behavior: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
-        """Refuse an undecodable or unauthenticated call, else let the handler serve it."""
-        try:
-            if isinstance(request, Undecodable):
-                log.warning("%s: undecodable request (%s)", name, request.error[:200])
-                raise InvalidRequest(f"the request is not a valid {name} request")
-            metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-            who = await self.authenticator.authenticate(metadata)
-        except AgwError as error:
-            await abort(context, error)
-            return None
-        _principal.set(who)
-        return await behavior(request, context)
+
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
+    """The call's text metadata."""
+    return {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
 
 
 _KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")

@@ -50,6 +50,25 @@ class StreamWriter:
     being sent waits for it (`_beating`), so that two writes never overlap.
     """
 
+    __slots__ = (
+        "_beat",
+        "_beat_sending",
+        "_beating",
+        "_last",
+        "_loop",
+        "_stopped",
+        "_timer",
+        "_writing",
+        "chat_id",
+        "context",
+        "ended",
+        "ending",
+        "heartbeats",
+        "interval_s",
+        "last_seq",
+        "run_id",
+    )
+
     def __init__(
         self,
         context: Context,

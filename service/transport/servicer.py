@@ -32,6 +32,8 @@ from service.transport.heartbeat import StreamWriter
 from service.transport.tracing import rpc_span
 
 log = logging.getLogger("agw.grpc")
+# The streaming methods' metric labels, shared by their calls (not a dict per open stream).
+_LABELS = {method: {"rpc.method": method} for method in ("Query", "Attach")}
 MAX_WAIT_MS = 600_000  # the longest a Wait may wait
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -162,7 +164,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             if self._stopping:
                 raise writer.moved()
             self._followed[task] = writer
-        labels = {"rpc.method": method}
+        labels = _LABELS.get(method) or {"rpc.method": method}
         active_streams.add(1, labels)
         context = writer.context
         writer.start()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import propagate, trace
 
-from service.core.run.observation import tracer, tracing
+from service.core.run.observation import NO_SPAN, tracer, tracing
 
 SERVICE = "agw.v1.AgentGateway"
 
@@ -15,7 +15,7 @@ SERVICE = "agw.v1.AgentGateway"
 def rpc_span(method: str, context: Any) -> AbstractContextManager[trace.Span]:
     """Start the RPC's span as the current span, child of the caller's `traceparent`."""
     if not tracing():  # before reading the metadata: nothing to continue
-        return nullcontext(trace.INVALID_SPAN)
+        return NO_SPAN
     carrier = {
         key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
     }

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import TARGET_KIB_PER_RUN, markdown, soak
+from bench.soak import TARGET_KIB_PER_KEPT_RUN, TARGET_KIB_PER_RUN, markdown, soak
 
 
-async def test_the_soak_reports_the_growth_per_run(
+async def test_the_soak_reports_the_growth_per_run_and_the_memory_per_kept_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGW_BENCH_DATA_ROOT", str(tmp_path / "data"))
@@ -24,4 +24,8 @@ async def test_the_soak_reports_the_growth_per_run(
     assert figures["rss_before_kib"] > 10_000 and figures["rss_after_kib"] > 10_000
     assert figures["runs_per_s"] > 0
     assert figures["met"] == (figures["growth_kib_per_run"] < TARGET_KIB_PER_RUN)
-    assert "RSS growth per run, 40 runs after 10" in markdown(figures)
+    assert figures["kept_rss_after_kib"] > 10_000
+    assert figures["kept_met"] == (figures["kib_per_kept_run"] <= TARGET_KIB_PER_KEPT_RUN)
+    table = markdown(figures)
+    assert "RSS growth per run, 40 runs after 10" in table
+    assert "memory per kept run" in table

@@ -187,7 +187,80 @@ async def test_a_journaled_runs_log_is_kept_as_the_bytes_its_journal_wrote() -> 
     await journaling.flush()
     raw = [entry.data for entry in written if entry.kind == "event"]
     assert [e.SerializeToString() for e in run_log] == raw
+    before = list(run_log)
     framed = encode_events(run_log)  # takes the journal's bytes
-    assert run_log.serialized() is None  # taken once, by the run log: not kept with the run
+    assert run_log.serialized() is None  # taken once, by the run log
     assert framed == encode_events(list(run_log))
-    assert decode_events(framed) == list(run_log)
+    assert decode_events(framed) == list(run_log) == before
+
+
+async def test_an_ended_run_kept_holds_its_events_as_bytes_and_reads_the_same() -> None:
+    """Once the run log took the bytes, the log holds those rather than parsed events (a
+    tenth of the memory while the run is kept): every way of reading it gives the same
+    events, a reader following it from any seq too."""
+
+    class Journal:
+        async def write(self, entries: Sequence[JournalEntry]) -> None:
+            return None
+
+        def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+            return True
+
+    journaling = Journaling(Journal())
+    log = EventLog(RUN, "chat", journaling=journaling)
+    for event in ended_run(RUN, "hello") * 2:
+        if not log.done:
+            event.ClearField("seq")
+            log.emit(event)
+    await journaling.flush()
+    before = [Event.FromString(e.SerializeToString()) for e in log]
+    terminal = log.terminal
+    encode_events(log)
+    held = log._events  # what the log holds: every event but the terminal one as bytes
+    assert [type(e) for e in held] == [bytes] * (len(before) - 1) + [Event]
+    assert list(log) == before and len(log) == len(before)
+    assert [log[i] for i in range(len(log))] == before == [log[i - len(log)] for i in range(3)]
+    assert list(log[1:]) == before[1:]
+    assert log.terminal is terminal and log[-1] is terminal
+    for after_seq in range(len(before) + 1):
+        assert [e async for e in log.follow(after_seq)] == before[after_seq:]
+    with pytest.raises(IndexError):
+        log[len(before)]
+
+
+async def test_a_live_runs_events_its_only_reader_read_are_held_as_bytes() -> None:
+    """While its only reader waits, a journaled run holds the events that reader has read as
+    their bytes; a reader joining later, and the log read by index, get the same events,
+    and the first reader goes on with the run's next events to its end."""
+
+    class Journal:
+        async def write(self, entries: Sequence[JournalEntry]) -> None:
+            return None
+
+        def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+            return True
+
+    journaling = Journaling(Journal())
+    log = EventLog(RUN, "chat", journaling=journaling)
+    first, second, terminal = ended_run(RUN, "hello")
+    for event in (first, second):
+        event.ClearField("seq")
+        log.emit(event)
+    await journaling.flush()
+    received: list[Event] = []
+
+    async def send(event: Event) -> None:
+        received.append(event)
+
+    relay = asyncio.create_task(log.relay(0, send))
+    async with asyncio.timeout(5):
+        while len(received) < 2 or not log._waiters:  # noqa: ASYNC110 (the reader waits)
+            await asyncio.sleep(0.001)
+    assert [type(e) for e in log._events] == [bytes, bytes]
+    assert list(log) == received == [log[0], log[1]]
+    terminal.ClearField("seq")
+    log.emit(terminal)
+    await journaling.flush()
+    await asyncio.wait_for(relay, 5)
+    assert [e.seq for e in received] == [1, 2, 3] and received[2] is log.terminal
+    assert [e async for e in log.follow(0)] == received  # a later reader: the same events

@@ -58,6 +58,7 @@ from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
 from service.core.run.state import RunState
 from service.core.run.turn import JournaledTurn
+from service.core.signals import Flag
 from service.core.values import Record
 
 log = logging.getLogger("agw.store")
@@ -99,6 +100,32 @@ class Step:
 class ChatRecorder:
     """Records one run into the chat store."""
 
+    __slots__ = (
+        "_actions",
+        "_closing",
+        "_ended",
+        "_held",
+        "_plan",
+        "_position",
+        "_positional",
+        "_positions",
+        "_seq",
+        "_shown_content",
+        "_skip",
+        "_slice_start",
+        "_stage",
+        "_system",
+        "_tool_info",
+        "_user_written",
+        "_waiting",
+        "_writes",
+        "_written_plan",
+        "first_stage",
+        "run",
+        "store",
+        "user_message",
+    )
+
     def __init__(
         self,
         store: ChatStore,
@@ -124,16 +151,18 @@ class ChatRecorder:
         self._position = 0  # position in the run's history of the next history event
         self._positions: dict[str, int] = {}  # event_key -> position, of message-derived events
         self._positional = False  # steps carry positions (tasks' events interleave)
-        self._actions: set[str] = set()
-        self._shown_content: set[str] = set()
+        # Sets kept as dict keys: every run has these, most stay empty, and an empty dict
+        # costs 64 bytes where an empty set costs 216.
+        self._actions: dict[str, None] = {}
+        self._shown_content: dict[str, None] = {}
         self._tool_info: dict[str, Record] = {}
         self._plan: Record | None = None
         self._written_plan: Record | None = None
         # Writes are short-lived tasks: their appends happen in creation order, since the
         # store's per-chat lock is FIFO and they take it before their first await.
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: dict[asyncio.Task[None], None] = {}
         self._closing: asyncio.Task[None] | None = None
-        self._ended = asyncio.Event()
+        self._ended = Flag()
         self._skip = 0  # records written before the run resumed: not sent again
         if resumed:  # see `resume`
             return
@@ -311,9 +340,9 @@ class ChatRecorder:
         if event.parent_tool_id:  # a nested run's event: kept with the calling step
             return
         if field_name == "content_start":
-            self._shown_content.add(event.content_start.content_id)
+            self._shown_content[event.content_start.content_id] = None
         elif field_name == "action_start":
-            self._actions.add(event.action_start.action_id)
+            self._actions[event.action_start.action_id] = None
         elif field_name == "tool_start":
             start = event.tool_start
             info: Record = {}
@@ -457,8 +486,11 @@ class ChatRecorder:
                 return
             records = kept
         task = asyncio.create_task(self._append(records))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._writes[task] = None
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writes.pop(task, None)
 
     def _new(self) -> bool:
         """Whether the step record about to be sent is new: not one written before the run

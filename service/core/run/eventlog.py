@@ -39,6 +39,7 @@ from service.core.errors import RunHandedOver
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
 from service.core.middleware import hooks
 from service.core.run.journal import JournalEntry, Journaling, Lane, Replay, RunSteps, lane_path
+from service.core.signals import Flag
 
 Observer = Callable[[Event], None]
 T = TypeVar("T")
@@ -52,6 +53,31 @@ _BLOCK_ROLES: dict[str, tuple[bool, str]] = {
 
 class EventLog(Sequence[Event]):
     """The ordered, append-only events of one run."""
+
+    __slots__ = (
+        "_all_published",
+        "_done",
+        "_dropped",
+        "_events",
+        "_finished",
+        "_observers",
+        "_on_event",
+        "_open",
+        "_packed",
+        "_published",
+        "_raw",
+        "_visible",
+        "_waiters",
+        "chat_id",
+        "handed_over",
+        "journaling",
+        "on_unwatched",
+        "replay",
+        "run_id",
+        "steps",
+        "subject",
+        "subscribers",
+    )
 
     def __init__(
         self,
@@ -69,21 +95,25 @@ class EventLog(Sequence[Event]):
         self.subject = subject
         self.subscribers = 0  # readers following the log right now
         self.on_unwatched: Callable[[EventLog], None] | None = None  # last reader left
-        self._events: list[Event] = list(journaled)
+        # The events, or the bytes the journal wrote of those every reader has read
+        # (`_pack`): a parsed event holds 0.5–1 KiB, its bytes a tenth of that. Read
+        # through `_parsed`, which parses bytes again (for a late reader).
+        self._events: list[Event | bytes] = list(journaled)
+        self._packed = 0  # the events before this index may be held as bytes
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
-        self._dropped: set[str] = set()  # ids of blocks whose start a middleware dropped
+        self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
-        for event in self._events:
+        for event in journaled:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
-        self._finished = asyncio.Event()
+        self._finished = Flag()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
         # Journaled: each event goes to the journal, and readers see the durable ones only.
         self.journaling = journaling
         self._visible: int | None = len(self._events) if journaling is not None else None
         self._published: list[Observer] = []  # told of each event once it is visible
-        self._all_published = asyncio.Event()  # the terminal event is visible
+        self._all_published = Flag()  # the terminal event is visible
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
         self.steps: RunSteps | None = None  # a journaled run's steps
@@ -103,10 +133,12 @@ class EventLog(Sequence[Event]):
     def __getitem__(self, index: slice) -> Sequence[Event]: ...
 
     def __getitem__(self, index: int | slice) -> Event | Sequence[Event]:
-        return self._events[index]
+        if isinstance(index, slice):
+            return [_parsed(entry) for entry in self._events[index]]
+        return _parsed(self._events[index])
 
     def __iter__(self) -> Iterator[Event]:
-        return iter(self._events)
+        return map(_parsed, self._events)
 
     @property
     def done(self) -> bool:
@@ -115,7 +147,7 @@ class EventLog(Sequence[Event]):
 
     @property
     def terminal(self) -> Event | None:
-        return self._events[-1] if self.done else None
+        return _parsed(self._events[-1]) if self.done else None
 
     # -- writing -----------------------------------------------------------------------
 
@@ -199,16 +231,30 @@ class EventLog(Sequence[Event]):
     def serialized(self) -> list[bytes] | None:
         """Each event's bytes as the journal wrote them, once, or None (not journaled, or
         taken already): the run log keeps these rather than serialising the events again.
-        Taken at the run's end, they are not kept as long as the run is."""
+
+        Taken at the run's end, they become what the log holds for as long as the run is
+        kept: every event but the terminal one is held as its bytes from then on (`_pack`).
+        """
         raw, self._raw = self._raw, None
         if raw is None or not self._done or len(raw) != len(self._events):
             return None
+        self._pack(raw, len(raw) - 1)
         return raw
+
+    def _pack(self, raw: list[bytes], upto: int) -> None:
+        """Hold the events before `upto` as their bytes (`raw`, index for index): those every
+        reader has read, of a run whose journal wrote them. A reader reading one again (a
+        late one, a replay) parses it again; its observers had it when it was appended."""
+        log = self._events
+        upto = min(upto, len(raw), len(log))
+        for index in range(self._packed, upto):
+            log[index] = raw[index]
+        self._packed = max(self._packed, upto)
 
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
-            for event in self._events[self._visible : seq] if self._published else ():
+            for event in self[self._visible : seq] if self._published else ():
                 for observer in self._published:
                     observer(event)
             self._visible = seq
@@ -255,7 +301,7 @@ class EventLog(Sequence[Event]):
                     event = original
                     break
                 if field in BLOCKS:
-                    self._dropped.add(getattr(getattr(event, field), BLOCKS[field][1]))
+                    self._dropped[getattr(getattr(event, field), BLOCKS[field][1])] = None
                 return None
             event = changed
         new_field: str | None = event.WhichOneof("payload")
@@ -268,7 +314,7 @@ class EventLog(Sequence[Event]):
         if new_field in BLOCK_ENDS and self._dropped:
             block_id = getattr(getattr(event, new_field), BLOCK_ENDS[new_field])
             if block_id in self._dropped:
-                self._dropped.discard(block_id)
+                del self._dropped[block_id]
                 return None
         return event, new_field
 
@@ -302,11 +348,13 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    yield log[index - 1]
+                    yield _parsed(log[index - 1])
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
                     raise self._moved(index)
+                if self.subscribers == 1 and self._raw is not None:
+                    self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
@@ -328,11 +376,14 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    await send(log[index - 1])
+                    event = log[index - 1]
+                    await send(event if not isinstance(event, bytes) else Event.FromString(event))
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
                     raise self._moved(index)
+                if self.subscribers == 1 and self._raw is not None:
+                    self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
                 await waiter
@@ -365,6 +416,11 @@ class EventLog(Sequence[Event]):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+def _parsed(entry: Event | bytes) -> Event:
+    """A log's entry as an event: held as its bytes (`EventLog._pack`), parsed again."""
+    return Event.FromString(entry) if isinstance(entry, bytes) else entry
 
 
 class Emitter:

@@ -90,6 +90,22 @@ class ToolOutcome:
 class ToolExecutor:
     """Runs the tool calls of one run."""
 
+    __slots__ = (
+        "agent_key",
+        "ask_on_loop",
+        "cache",
+        "delegates",
+        "described",
+        "loops",
+        "memory",
+        "out",
+        "permission",
+        "registry",
+        "rendered",
+        "run",
+        "waits",
+    )
+
     def __init__(
         self,
         run: RunState,
@@ -116,7 +132,8 @@ class ToolExecutor:
         self.loops = LoopDetector()
         self.ask_on_loop = False  # ask the user what to do with a loop (agent `loopDetect.ask`)
         self.cache: dict[tuple[str, str], Any] = {}  # results of cacheable calls of the run
-        self.described: set[str] = set()  # origins described by source.snapshot in this run
+        # Origins described by source.snapshot in this run (as dict keys: lighter than a set).
+        self.described: dict[str, None] = {}
 
     def scoped(self, out: Emitter) -> ToolExecutor:
         """This executor emitting through `out` (a task's scope), sharing its memory."""
@@ -130,7 +147,7 @@ class ToolExecutor:
             origin = tool.origin
             if origin is None or origin.source_id in self.described:
                 continue
-            self.described.add(origin.source_id)
+            self.described[origin.source_id] = None
             self.out.emit(
                 events.make(
                     "source_snapshot",

@@ -52,6 +52,14 @@ def assistant_message(turn: TurnResult) -> dict[str, Any]:
 class Conversation:
     """The messages of one stage (or one plan task) and the calls that extend them."""
 
+    __slots__ = (
+        "ctx",
+        "messages",
+        "own_start",
+        "stage",
+        "tools",
+    )
+
     def __init__(
         self,
         ctx: RunContext,
@@ -120,8 +128,10 @@ class Conversation:
         if reasoning is not None:
             options["reasoning"] = Reasoning(reasoning, self.stage.model.reasoning.effort)
         client, request = ctx.model_call(self.stage, list(self.messages), **options)
-        window = ContextWindow(ctx, self.stage, request.model, request.tools)
-        await window.fit(self.messages, self.own_start)
+        # Not kept while the turn streams: the window is needed for the fit only.
+        await ContextWindow(ctx, self.stage, request.model, request.tools).fit(
+            self.messages, self.own_start
+        )
         request.messages = list(self.messages)
         turn = await turn_step(
             ctx.run,

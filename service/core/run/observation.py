@@ -44,11 +44,16 @@ def tracing() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+#: The span of code run while tracing is off: one shared no-op context (it is reentrant),
+#: so that a run waiting inside a span holds no context manager of its own.
+NO_SPAN: AbstractContextManager[trace.Span] = nullcontext(trace.INVALID_SPAN)
+
+
 def span(name: str, **options: Any) -> AbstractContextManager[trace.Span]:
     """`tracer.start_as_current_span`, or a no-op when tracing is off (saves its cost)."""
     if tracing():
         return tracer.start_as_current_span(name, **options)
-    return nullcontext(trace.INVALID_SPAN)
+    return NO_SPAN
 
 
 meter = metrics.get_meter("agw")
@@ -130,6 +135,22 @@ class ModelCallObserver:
     the next deployment before the first delta is a `model.fallback`; a restart after it
     (`restarted`) always is. A plain call has one `model.start`, when it is opened.
     """
+
+    __slots__ = (
+        "attempt_now",
+        "attempt_started",
+        "attributes",
+        "call_id",
+        "call_number",
+        "cost",
+        "failed",
+        "model",
+        "out",
+        "request",
+        "run",
+        "span",
+        "started",
+    )
 
     def __init__(self, run: RunState, out: Emitter, request: ModelRequest) -> None:
         self.run = run

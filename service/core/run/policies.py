@@ -32,6 +32,13 @@ if TYPE_CHECKING:
 class Budgets:
     """What a run has used of its budgets; each `use_*` raises BudgetExhausted when over."""
 
+    __slots__ = (
+        "limits",
+        "model_calls",
+        "steps",
+        "tool_calls",
+    )
+
     def __init__(self, budget: Budget) -> None:
         self.limits = budget
         self.model_calls = 0
@@ -69,6 +76,16 @@ class Budgets:
 
 class RunPolicies:
     """The policies of one run and the state they keep."""
+
+    __slots__ = (
+        "_required_sent",
+        "_usage",
+        "budgets",
+        "hidden_reasoning",
+        "summarize_reasoning",
+        "tool_policy",
+        "verify",
+    )
 
     def __init__(self, agent: AgentDefinition) -> None:
         self.budgets = Budgets(agent.budget)
@@ -108,6 +125,8 @@ class RunPolicies:
 
 class NestedBudgets(Budgets):
     """A nested run's budgets: its model calls and tool calls count in its caller's too."""
+
+    __slots__ = ("caller",)
 
     def __init__(self, budget: Budget, caller: Budgets) -> None:
         super().__init__(budget)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import AbstractContextManager
 
 from opentelemetry import trace
 
@@ -36,8 +37,7 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
     labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
     if run.log.replay is None:
         observation.runs_started.add(1, labels)
-    attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
-    with observation.span(f"run {ctx.agent.key}", attributes=attributes):
+    with _span(ctx, labels):
         try:
             await _execute(ctx, mode)
         finally:
@@ -52,6 +52,15 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
                 span.set_status(trace.StatusCode.ERROR, terminal.run_error.error.message)
             if outcome != "suspended":
                 observation.runs_ended.add(1, {**labels, "agw.outcome": outcome})
+
+
+def _span(ctx: RunContext, labels: dict[str, str]) -> AbstractContextManager[trace.Span]:
+    """The run's span; without tracing, the shared no-op (no attributes kept while it runs)."""
+    if not observation.tracing():
+        return observation.NO_SPAN
+    run = ctx.run
+    attributes = {**labels, "agw.run_id": run.run_id, "agw.chat_id": run.chat_id}
+    return observation.span(f"run {ctx.agent.key}", attributes=attributes)
 
 
 async def _execute(ctx: RunContext, mode: Mode) -> None:

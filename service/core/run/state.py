@@ -21,6 +21,7 @@ from service.core.ids import ANONYMOUS, Principal
 from service.core.model import ModelRequest, Usage, add_usage
 from service.core.run.eventlog import EventLog
 from service.core.run.results import TurnResult
+from service.core.signals import Flag
 
 #: Cost of a call in the price table's currency: (model, usage) -> cost, None when unpriced.
 Pricing = Callable[[str, Usage], float | None]
@@ -58,6 +59,25 @@ class Accounting:
 class RunState:
     """The live state of one run of an agent on a chat."""
 
+    __slots__ = (
+        "_ended",
+        "_turn_observers",
+        "accounting",
+        "agent_key",
+        "cancel_reason",
+        "context_summary",
+        "debug_level",
+        "failure",
+        "fenced",
+        "log",
+        "owner",
+        "parked",
+        "resumable",
+        "started_at",
+        "task",
+        "waker",
+    )
+
     def __init__(
         self,
         log: EventLog,
@@ -88,7 +108,7 @@ class RunState:
         # {"text", "through"}: written into the run's next chat record, then cleared.
         self.context_summary: dict[str, str] | None = None
         self._turn_observers: list[TurnObserver] = []
-        self._ended = asyncio.Event()  # set once the run's task has ended and let go
+        self._ended = Flag()  # set once the run's task has ended and let go
         log.subject = self
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 
 from service.core import events
 from service.core.model import ModelClient, ModelRequest, Restart
-from service.core.run.eventlog import Emitter
+from service.core.run.eventlog import Emitter, EventLog
 from service.core.run.observation import ModelCallObserver
 from service.core.run.results import ToolCall, TurnResult
 from service.core.run.state import RunState
@@ -237,28 +237,41 @@ async def turn_step(
     """The model turn `stream()` makes with `request`, as a step of the run
     (service/core/run/journal.py): a journaled turn is given back, its call counted in the
     run's usage, and not streamed again."""
-    log = out.log
-    start = len(log)
-    summary = run.context_summary  # made before this turn: its record will carry it
+    codec = _TurnCodec(run, request, out.log, run.context_summary)
+    return await out.step("turn", stream, codec.encode, codec.decode)
 
-    def encode(turn: TurnResult) -> dict[str, Any]:
-        messages = request.messages
+
+class _TurnCodec:
+    """How a model turn is journaled (`encode`) and given back (`decode`): one small object
+    per turn rather than two closures and their cells, held while the turn streams."""
+
+    __slots__ = ("log", "request", "run", "start", "summary")
+
+    def __init__(
+        self, run: RunState, request: ModelRequest, log: EventLog, summary: dict[str, str] | None
+    ) -> None:
+        self.run = run
+        self.request = request
+        self.log = log
+        self.start = len(log)
+        self.summary = summary  # made before this turn: its record will carry it
+
+    def encode(self, turn: TurnResult) -> dict[str, Any]:
+        messages = self.request.messages
         system = messages[0].get("content") if messages and messages[0]["role"] == "system" else ""
         return {
             "turn": turn.to_json(),
-            "stage": request.stage,
+            "stage": self.request.stage,
             "system": system or "",
-            "start": start,
-            "end": len(log),
-            "summary": summary,
+            "start": self.start,
+            "end": len(self.log),
+            "summary": self.summary,
         }
 
-    def decode(data: dict[str, Any]) -> TurnResult:
+    def decode(self, data: dict[str, Any]) -> TurnResult:
         turn = TurnResult.from_json(data["turn"])
-        run.accounting.add_call(turn.usage, turn.cost)
+        self.run.accounting.add_call(turn.usage, turn.cost)
         return turn
-
-    return await out.step("turn", stream, encode, decode)
 
 
 @dataclass(frozen=True, slots=True)

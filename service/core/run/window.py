@@ -163,6 +163,14 @@ def fit_memory(memory: list[PastRun], max_tokens: int, out: Emitter) -> list[Pas
 class ContextWindow:
     """Keeps the prompts of one stage conversation within the model's context length."""
 
+    __slots__ = (
+        "ctx",
+        "length",
+        "schemas",
+        "settings",
+        "stage",
+    )
+
     def __init__(
         self,
         ctx: RunContext,

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-from collections import deque
 from typing import Any
 
 LOOP_WINDOW = 10
@@ -28,16 +27,24 @@ def loop_message(name: str, repeats: int) -> str:
 
 
 class LoopDetector:
-    """Remembers a run's recent calls and spots the repeated one."""
+    """Remembers a run's recent calls and spots the repeated one.
+
+    The window is a short list, trimmed as it grows: every run has a detector, most never
+    call a tool, and an empty list costs a tenth of an empty bounded deque."""
+
+    __slots__ = ("recent", "repeats", "window")
 
     def __init__(self, window: int = LOOP_WINDOW, repeats: int = LOOP_REPEATS) -> None:
-        self.recent: deque[tuple[str, str]] = deque(maxlen=window)
+        self.recent: list[tuple[str, str]] = []
+        self.window = window
         self.repeats = repeats
 
     def check(self, key: tuple[str, str]) -> int:
         """Record the call `key` (`identity`); how many times it now occurs in the window
         if that is a loop, else 0."""
         self.recent.append(key)
+        if len(self.recent) > self.window:
+            del self.recent[0]
         count = sum(1 for seen in self.recent if seen == key)
         return count if count >= self.repeats else 0
 

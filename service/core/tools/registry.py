@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from service.core.agents.definition import ResolvedStage
+from service.core.agents.definition import ResolvedStage, ResolvedTools
 from service.core.agents.directory import DirectoryChange
 from service.core.agents.schema import ToolPolicy
 from service.core.tools.definitions import ToolDefinition, ToolKind, ToolNotFound, ToolOrigin
@@ -169,6 +170,18 @@ class StageTools:
         self._by_name = {d.name: d for d in (*self._ordinary, *self.planning)}
 
 
+@functools.lru_cache(maxsize=1024)
+def _wanted(tools: ResolvedTools) -> Wanted:
+    """What a stage with `tools` wants of the sources: one tuple per distinct `tools`, shared
+    by the runs of the stage (each keeps its stage's tools while it runs)."""
+    return (
+        ("backend", "backends", tools.backends),
+        ("frontend", "frontends", tools.frontends),
+        ("action", "actions", tools.actions),
+        ("mcp", "mcp", tools.mcp),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Resolved:
     """A tool as resolved: its definition and the source that runs it (None: not run here)."""
@@ -267,12 +280,7 @@ class ToolRegistry:
         planning = [PLANNING_DEFINITIONS[name] for name in stage.planning_tools]
         if policy == "DISALLOW":
             return StageTools.of((), planning)
-        wanted: Wanted = (
-            ("backend", "backends", stage.tools.backends),
-            ("frontend", "frontends", stage.tools.frontends),
-            ("action", "actions", stage.tools.actions),
-            ("mcp", "mcp", stage.tools.mcp),
-        )
+        wanted = _wanted(stage.tools)
         ordinary, problems = self.select(wanted)
         if problems:  # what is wrong, in one sentence: not every tool there is
             raise ToolNotFound(f"stage {stage.name!r}: {'; '.join(problems)}", stage=stage.name)

@@ -32,6 +32,8 @@ class TemplateError(ValueError):
 class ResultMemory:
     """The latest result of each tool in a run, for templates to read."""
 
+    __slots__ = ("_results",)
+
     def __init__(self) -> None:
         self._results: dict[str, Any] = {}
 

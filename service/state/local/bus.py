@@ -7,13 +7,13 @@ waiting tool's future directly (`service.core.run.waits.Waits`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 
 from service.core.commands import SubmitCommand, SubmitResult
 from service.core.events import Event
 from service.core.run.state import RunState
 from service.core.run.waits import Waits
+from service.core.signals import Flag
 from service.core.values import LiveRun, RunRef
 from service.state.run_refs import live, ref
 
@@ -25,7 +25,7 @@ class LocalRunBus:
         self.waits = waits if waits is not None else Waits()
         self._runs: dict[str, RunState] = {}
         self._chats: dict[str, RunState] = {}  # chat id -> its active run
-        self._freed: dict[str, asyncio.Event] = {}  # run id -> set once the run ended
+        self._freed: dict[str, Flag] = {}  # run id -> set once the run ended
 
     async def open(self) -> None:
         return None
@@ -39,7 +39,7 @@ class LocalRunBus:
             return ref(active)
         self._runs[run.run_id] = run
         self._chats[run.chat_id] = run
-        self._freed[run.run_id] = asyncio.Event()
+        self._freed[run.run_id] = Flag()
         return None
 
     def on_lost(self, resume: Callable[[str, str], Awaitable[RunState | None]]) -> None:
