@@ -13,9 +13,11 @@ cache and never calls fsync, so it costs microseconds and the run's readers are
 woken in the same loop turn. That connection never waits: it has no busy time-out
 (a lock held by another process sends the batch to the thread instead) and never
 checkpoints — the thread checkpoints the log every `CHECKPOINT_EVERY` commits, as
-it is the one that may fsync (a RESTART checkpoint: while it runs, the loop's
-batches go to the thread, after it; then the log starts over, so it never grows
-past about `CHECKPOINT_EVERY` commits). Everything else — opening, reads, a batch the loop
+it is the one that may fsync. Those checkpoints are PASSIVE: they never hold a batch
+back, and the log starts over at the next quiet moment. Under a load with no quiet
+moment the log grows, up to `WAL_RESTART_BYTES`: then a RESTART checkpoint holds the
+batches of its few milliseconds (they go to the thread, after it) and the log starts
+over. Everything else — opening, reads, a batch the loop
 could not write — runs on one thread of its own, one statement after another; a
 batch is never written while another is being written (`Journaling`).
 
@@ -55,6 +57,8 @@ log = logging.getLogger("agw.journal")
 DATABASE = "journal.sqlite3"
 #: How many commits from the event loop between two checkpoints of the write-ahead log.
 CHECKPOINT_EVERY = 200
+#: The write-ahead log's size past which a checkpoint makes it start over (RESTART).
+WAL_RESTART_BYTES = 64 * 1024 * 1024
 #: The largest batch committed on the event loop: a busier loop turn's batch goes to the
 #: thread, which works beside the loop (and takes in one transaction what the loop adds
 #: meanwhile).
@@ -144,9 +148,13 @@ class FileRunJournal:
         return True
 
     def _checkpoint(self) -> None:
+        db = self._database()
         try:
-            self._database().execute("PRAGMA wal_checkpoint(RESTART)")
-        except (sqlite3.Error, RuntimeError) as error:  # the next one may do better
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            wal = self.path.with_name(DATABASE + "-wal")
+            if wal.stat().st_size > WAL_RESTART_BYTES:
+                db.execute("PRAGMA wal_checkpoint(RESTART)")
+        except (OSError, sqlite3.Error) as error:  # the next one may do better
             log.warning("could not checkpoint the run journal %s: %s", self.path, error)
 
     def _write(self, entries: list[JournalEntry]) -> None:
