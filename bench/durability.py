@@ -35,7 +35,7 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
 from bench.load import Target, run_stream
-from bench.procs import Child, spawn, tree_cpu_ns
+from bench.procs import Child, replica_env, spawn, tree_cpu_ns
 from bench.protocol import AGENT_KEY, HOST, StreamSpec
 from bench.scenarios import percentile
 from service.process import eventloop
@@ -170,12 +170,8 @@ async def resume_latency(args: argparse.Namespace) -> dict[str, Any]:
             children.append(provider)
             url = f"http://{HOST}:{provider.port}/v1"
             shared = {
-                "AGW_CHAT_STORE": "postgres",
-                "AGW_RUN_LOG": "postgres",
+                **replica_env(postgres, redis_server, "agw_durability"),
                 "AGW_RUN_JOURNAL": "postgres",
-                "AGW_POSTGRES_DSN": postgres.create_database("agw_durability"),
-                "AGW_RUN_BUS": "redis",
-                "AGW_REDIS_URL": redis_server.url,
                 "AGW_REDIS_LEASE_TTL_S": f"{args.lease:g}",
             }
             replicas = []

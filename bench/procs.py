@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.control import ControlClient
+from service.testing import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0
@@ -138,3 +139,16 @@ def tree_cpu_ns(pid: int) -> int:
         tree.update(children)
         frontier += children
     return sum(times.get(member, 0) for member in tree)
+
+
+def replica_env(postgres: PostgresServer, redis: RedisServer, database: str) -> dict[str, str]:
+    """The settings of gateway replicas sharing `database` (created on `postgres`) and the
+    Redis run bus on `redis`: chats and run logs in PostgreSQL (each adds its own
+    `AGW_REPLICA_ID`)."""
+    return {
+        "AGW_CHAT_STORE": "postgres",
+        "AGW_RUN_LOG": "postgres",
+        "AGW_POSTGRES_DSN": postgres.create_database(database),
+        "AGW_RUN_BUS": "redis",
+        "AGW_REDIS_URL": redis.url,
+    }

@@ -33,7 +33,7 @@ from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
 from bench.load import Target
-from bench.procs import ROOT, Child, spawn, tree_cpu_ns
+from bench.procs import ROOT, Child, replica_env, spawn, tree_cpu_ns
 from bench.protocol import AGENT_KEY, StreamSpec, parse_stamp
 from bench.scenarios import percentile
 from service.process import eventloop
@@ -115,13 +115,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             limit = str(args.streams * 2 + 100)
             single = await spawn("gateway", "--provider-url", url, "--max-streams", limit)
             children.append(single)
-            shared = {
-                "AGW_CHAT_STORE": "postgres",
-                "AGW_RUN_LOG": "postgres",
-                "AGW_POSTGRES_DSN": postgres.create_database("agw_bench"),
-                "AGW_RUN_BUS": "redis",
-                "AGW_REDIS_URL": redis_server.url,
-            }
+            shared = replica_env(postgres, redis_server, "agw_bench")
             replicas = []
             for n in range(REPLICAS):  # one at a time: the first one migrates the database
                 env = {**shared, "AGW_REPLICA_ID": f"bench-{n}"}

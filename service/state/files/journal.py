@@ -277,9 +277,7 @@ class FileRunJournal:
                 " (SELECT COALESCE(MAX(begun), 0) + 1 FROM journal_runs))",
                 (run_id, entry.key, entry.data.decode()),
             )
-        elif entry.kind == "resume":
-            if self._attempts is not None:
-                self._attempts[run_id] = max(self._attempts.get(run_id, 0), int(entry.key))
+        elif entry.kind == "resume":  # (the resumes known: updated by `_commit`)
             db.execute(
                 "UPDATE journal_runs SET attempts = MAX(attempts, ?) WHERE run_id = ?",
                 (int(entry.key), run_id),
