@@ -215,3 +215,45 @@ async def test_a_run_log_that_does_not_fit_is_refused_and_the_kept_ones_stay_who
         assert again is not None and len(again[0].run_complete.finish_reason) == 300_000
     finally:
         await run_log.close()
+
+
+async def test_a_journal_event_that_does_not_fit_is_refused_and_leaves_no_torn_record(
+    disk: Path,
+) -> None:
+    """The run journal's segment: a batch of events the disk cannot take is refused whole
+    (a short write cut back), and what follows once there is room reads whole."""
+    from service.core import events
+    from service.core.run.journal import JournalEntry, entries_of
+    from service.state.files.journal import FileRunJournal
+
+    def numbered(first: int, *texts: str) -> list[events.Event]:
+        made = [events.content_delta("c_1", text) for text in texts]
+        for seq, event in enumerate(made, first):
+            event.seq, event.run_id, event.type = seq, "r1", "content.delta"
+        return made
+
+    journal = FileRunJournal(disk)
+    await journal.open()
+    try:
+        begun = JournalEntry("r1", "begin", "c1", json.dumps({"agentKey": "a"}).encode())
+        kept = numbered(1, "before")
+        assert journal.write_now([begun])
+        assert journal.write_now(entries_of("r1", kept))
+        fill(disk)
+        with pytest.raises(OSError) as refused:
+            journal.write_now(entries_of("r1", numbered(2, "x" * 6000, "y" * 6000)))
+        assert refused.value.errno == errno.ENOSPC
+        free(disk)
+        after = numbered(2, "after")
+        assert journal.write_now(entries_of("r1", after))
+        read = await journal.load("r1")
+        assert read is not None and read.events == kept + after
+    finally:
+        await journal.close()
+    again = FileRunJournal(disk)
+    await again.open()
+    try:
+        read = await again.load("r1")
+        assert read is not None and read.events == kept + after
+    finally:
+        await again.close()

@@ -119,9 +119,10 @@ async def test_a_run_handed_over_or_parked_is_not_counted_lost(journal: RunJourn
 async def test_the_files_journal_commits_on_the_loop_and_hands_the_thread_what_would_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch commits at once on the event loop, unless another process holds the write
-    lock or it is a run's end: then `write_now` writes nothing and says so, and the batch
-    is written by the thread (waiting for the lock) — in order, nothing lost."""
+    """A batch is written at once on the event loop: its events appended to their segment,
+    its steps committed; unless another connection holds the write lock and the batch has
+    more than events: then `write_now` writes nothing and says so, and the batch is
+    written by the thread (waiting for the lock) — in order, nothing lost."""
     import sqlite3
 
     from service.core.run.journal import Journaling
@@ -132,21 +133,23 @@ async def test_the_files_journal_commits_on_the_loop_and_hands_the_thread_what_w
     journal = FileRunJournal(tmp_path)
     await journal.open()
     try:
-        logged = numbered(*(events.content_delta("c_1", f"d{n}") for n in range(3)))
+        logged = numbered(*(events.content_delta("c_1", f"d{n}") for n in range(4)))
         assert journal.write_now([begin("r1"), *entries_of("r1", logged[:1])])
-        other = connect(journal.path)  # another process writing
+        other = connect(journal.path)  # another connection writing
         other.execute("BEGIN IMMEDIATE")
-        assert not journal.write_now(entries_of("r1", logged[1:2]))
+        assert journal.write_now(entries_of("r1", logged[1:2]))  # events: no transaction
+        assert not journal.write_now([*entries_of("r1", logged[2:3]), step("r1", "turn 1", 1)])
         journaling = Journaling(journal)
-        journaling.submit(entries_of("r1", logged[1:2])[0])
-        journaling.submit(entries_of("r1", logged[2:])[0])
+        journaling.submit(entries_of("r1", logged[2:3])[0])
+        journaling.submit(step("r1", "turn 1", 1))
+        journaling.submit(entries_of("r1", logged[3:])[0])
         waiting = asyncio.ensure_future(journaling.flush())
         await asyncio.sleep(0.2)
         assert not waiting.done()  # the thread waits for the other's lock
         other.execute("COMMIT")
         await asyncio.wait_for(waiting, 10)
         kept = await journal.load("r1")
-        assert kept is not None and kept.events == logged
+        assert kept is not None and kept.events == logged and kept.steps == {"turn 1": 1}
         assert journal.write_now([JournalEntry("r1", "end")])  # its events: swept later
         assert await journal.load("r1") is None and await journal.unfinished() == []
         assert journal.write_now([begin("r1")])  # (steps of a run again, for what follows)
@@ -164,13 +167,104 @@ async def test_the_files_journal_commits_on_the_loop_and_hands_the_thread_what_w
         assert max(sizes) < 3 * 1024 * 1024, sizes  # bounded: it starts over
     finally:
         await journal.close()
-    with sqlite3.connect(journal.path) as db:  # the ended run's events swept at the close
+    with sqlite3.connect(journal.path) as db:  # no event went to the database
         assert db.execute("SELECT COUNT(*) FROM journal_events").fetchone() == (0,)
+
+
+def segment_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in (directory / "journal-events").glob("*.log"))
+
+
+async def test_the_files_journal_keeps_events_in_segments_and_moves_old_ones_to_its_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events go to segment files; a segment full, the next (created ahead, off the loop)
+    takes over; a run whose events are older than the last two segments has them moved into
+    the database, and a segment no run in flight has events in is deleted. A run's journal
+    reads the same wherever its events are."""
+    import sqlite3
+
+    from service.state.files import segments
+    from service.state.files.journal import FileRunJournal
+
+    monkeypatch.setattr(segments, "SEGMENT_BYTES", 4096)
+
+    def in_database(run_id: str) -> int:
+        with sqlite3.connect(tmp_path / "journal.sqlite3") as db:
+            query = "SELECT COUNT(*) FROM journal_events WHERE run_id = ?"
+            return int(db.execute(query, (run_id,)).fetchone()[0])
+
+    journal = FileRunJournal(tmp_path)
+    await journal.open()
+    try:
+        long = numbered(*(events.content_delta("c_1", "x" * 100) for n in range(200)))
+        assert journal.write_now([begin("long"), *entries_of("long", long[:1])])
+        assert segment_files(tmp_path) == ["0000000001.log"]
+        written = 1
+        for n in range(60):  # short runs come and go while `long` runs
+            run_id = f"short{n}"
+            short = numbered(*(events.content_delta("c_1", "y" * 100) for _ in range(3)))
+            batches = [
+                [begin(run_id), *entries_of(run_id, short[:1])],
+                entries_of(run_id, short[1:]),
+                entries_of("long", long[written : written + 3]),
+                [JournalEntry(run_id, "end")],
+            ]
+            written += 3
+            for batch in batches:
+                if not journal.write_now(batch):  # the next segment is not created yet
+                    await journal.write(batch)
+            await asyncio.sleep(0)
+        await journal._run(lambda: None)  # what the thread was given is done
+        assert 0 < in_database("long") < written  # its older events, moved
+        assert all(in_database(f"short{n}") == 0 for n in range(60))  # never moved
+        kept = await journal.load("long")
+        assert kept is not None and kept.events == long[:written]
+        files = segment_files(tmp_path)
+        assert len(files) <= 3 and files[0] != "0000000001.log", files
+    finally:
+        await journal.close()
+    again = FileRunJournal(tmp_path)  # the next process: what it finds, in its database
+    await again.open()
+    try:
+        kept = await again.load("long")
+        assert kept is not None and kept.events == long[:written]
+        assert await again.unfinished() == ["long"]
+        assert in_database("long") == written and len(segment_files(tmp_path)) == 1
+    finally:
+        await again.close()
+
+
+async def test_a_torn_record_ends_what_is_read_of_its_segment(tmp_path: Path) -> None:
+    """A power cut may leave the last write of a segment cut short: the next start keeps
+    every whole record before it, and the run's journal reads as it was written."""
+    from service.state.files.journal import FileRunJournal
+
+    first = FileRunJournal(tmp_path)
+    await first.open()
+    logged = numbered(*(events.content_delta("c_1", f"d{n}") for n in range(3)))
+    assert first.write_now([begin("r1"), *entries_of("r1", logged[:2])])
+    assert first.write_now(entries_of("r1", logged[2:]))
+    await first.close()
+    (segment,) = (tmp_path / "journal-events").glob("*.log")
+    whole = segment.read_bytes()
+    segment.write_bytes(whole[:-3])  # the last record cut short
+    second = FileRunJournal(tmp_path)
+    await second.open()
+    try:
+        kept = await second.load("r1")
+        assert kept is not None and kept.events == logged[:2]
+    finally:
+        await second.close()
 
 
 async def test_the_events_of_ended_runs_are_swept_with_others_and_at_the_next_start(
     tmp_path: Path,
 ) -> None:
+    """(The events in the database: those of a process that does not hold the journal alone,
+    as here, and those moved out of old segments.)"""
+    import fcntl
+    import os
     import sqlite3
 
     from service.state.files.journal import SWEEP_EVERY, FileRunJournal
@@ -179,8 +273,11 @@ async def test_the_events_of_ended_runs_are_swept_with_others_and_at_the_next_st
         with sqlite3.connect(tmp_path / "journal.sqlite3") as db:
             return int(db.execute("SELECT COUNT(*) FROM journal_events").fetchone()[0])
 
+    held = os.open(tmp_path / "journal.sqlite3.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another process holds the journal too
     journal = FileRunJournal(tmp_path)
     await journal.open()
+    assert not (tmp_path / "journal-events").exists()
     logged = numbered(events.run_start("a"))
     for n in range(SWEEP_EVERY):
         run_id = f"r{n}"
@@ -192,6 +289,7 @@ async def test_the_events_of_ended_runs_are_swept_with_others_and_at_the_next_st
     assert events_kept() == 1  # not yet
     journal._ended.clear()  # as if the process stopped before its sweep
     await journal.close()
+    os.close(held)
     again = FileRunJournal(tmp_path)
     await again.open()
     try:

@@ -39,7 +39,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from service.core.events import Event, to_dict
 
@@ -63,10 +63,10 @@ INTERRUPTED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     """One write of a run's journal: its start, an event, a step's start or result, a
-    resumption, or its end (after which its entries are forgotten)."""
+    resumption, or its end (after which its entries are forgotten). (A tuple: one is made
+    per event, on the per-delta path.)"""
 
     run_id: str
     kind: EntryKind

@@ -1,34 +1,42 @@
-"""The file `RunJournal`: the journals of the runs in flight, in one SQLite database.
+"""The file `RunJournal`: the journals of the runs in flight, in one SQLite database and,
+for their events, segment files.
 
 `{dir}/journal.sqlite3` holds, per run begun and not yet kept, what it started
-with, its events and its steps' results (service/core/run/journal.py). Each
-batch of entries is one transaction; the database is in WAL mode with
-`synchronous=NORMAL`, so a killed process loses nothing that was committed (a
-power cut may lose the last batches, as the page cache would). When a run is
-kept (its log in the run log), its entries are deleted.
+with and its steps' results (service/core/run/journal.py); its events — one per delta,
+most of what a journal writes — are appended to `{dir}/journal-events/` while the process
+holds the journal alone (service/state/files/segments.py: one `os.write` per batch, no
+transaction), and kept in the database otherwise, and once they are older than the last
+segments. Each batch's events are written before its rows, and its rows are one
+transaction; the database is in WAL mode with `synchronous=NORMAL`, so a killed process
+loses nothing that was written (a power cut may lose the last batches, as the page cache
+would). When a run is kept (its log in the run log), its entries are deleted.
 
-A small batch of events and steps is committed on the event loop (`write_now`): in WAL
-mode with `synchronous=NORMAL` a commit appends to the write-ahead log in the page
-cache and never calls fsync, so it costs microseconds and the run's readers are
-woken in the same loop turn. That connection never waits: it has no busy time-out
-(a lock held by another process sends the batch to the thread instead) and never
-checkpoints — the thread checkpoints the log every `CHECKPOINT_EVERY` commits, as
-it is the one that may fsync. Those checkpoints are PASSIVE: they never hold a batch
-back, and the log starts over at the next quiet moment. Under a load with no quiet
-moment the log grows, up to `WAL_RESTART_BYTES`: then a RESTART checkpoint holds the
-batches of its few milliseconds (they go to the thread, after it) and the log starts
-over. Everything else — opening, reads, a batch the loop
-could not write — runs on one thread of its own, one statement after another; a
-batch is never written while another is being written (`Journaling`).
+A batch is written on the event loop (`write_now`) when that takes no waiting: its events
+appended to their segment, and up to `WRITE_NOW_MAX` rows committed — in WAL mode with
+`synchronous=NORMAL` a commit appends to the write-ahead log in the page cache and never
+calls fsync, so it costs microseconds and the run's readers are woken in the same loop
+turn. That connection never waits: it has no busy time-out (a lock held by another
+connection sends the batch to the thread instead) and never checkpoints — the thread
+checkpoints the log every `CHECKPOINT_EVERY` commits, as it is the one that may fsync.
+Those checkpoints are PASSIVE: they never hold a batch back, and the log starts over at
+the next quiet moment. Under a load with no quiet moment the log grows, up to
+`WAL_RESTART_BYTES`: then a RESTART checkpoint holds the batches of its few milliseconds
+(they go to the thread, after it) and the log starts over. Everything else — opening,
+reads, creating the next segment, moving old events into the database, a batch the loop
+could not write — runs on one thread of its own, one statement after another; a batch is
+never written while another is being written (`Journaling`).
 
 A run's end deletes its row and its steps at once (it is no longer unfinished, and
-`load` knows it no more); its events, many rows, are deleted by the thread with
-those of the other runs ended in the meantime (`SWEEP_EVERY` runs or
-`SWEEP_AFTER_S`), and at the next start if the process stopped before.
+`load` knows it no more); its events in the database, many rows, are deleted by the
+thread with those of the other runs ended in the meantime (`SWEEP_EVERY` runs or
+`SWEEP_AFTER_S`), and at the next start if the process stopped before; a segment is
+deleted once no run in flight has events in it. At the next start, the events the
+segments hold of the runs still in flight are moved into the database.
 
 While the service's process holds the journal alone (an exclusive lock on
 `journal.sqlite3.lock`; workers sharing the file do not), it knows how often each of
-its runs resumed without asking the database on every batch.
+its runs resumed without asking the database on every batch, and its events go to
+segments.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from typing import TypeVar
 from agw.v1 import events_pb2 as pb
 
 from service.core.run.journal import JournaledRun, JournalEntry
+from service.state.files.segments import Segments, record
 from service.state.files.sqlite import connect
 
 T = TypeVar("T")
@@ -59,9 +68,9 @@ DATABASE = "journal.sqlite3"
 CHECKPOINT_EVERY = 200
 #: The write-ahead log's size past which a checkpoint makes it start over (RESTART).
 WAL_RESTART_BYTES = 64 * 1024 * 1024
-#: The largest batch committed on the event loop: a busier loop turn's batch goes to the
-#: thread, which works beside the loop (and takes in one transaction what the loop adds
-#: meanwhile).
+#: The most rows of a batch committed on the event loop (events appended to a segment are
+#: not rows): a busier loop turn's batch goes to the thread, which works beside the loop
+#: (and takes in one transaction what the loop adds meanwhile).
 WRITE_NOW_MAX = 8
 #: The events of ended runs are deleted once this many runs ended, or after this long.
 SWEEP_EVERY = 64
@@ -93,6 +102,8 @@ class FileRunJournal:
         self._attempts: dict[str, int] | None = None  # known, while held alone
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-journal")
         self._position = 0  # orders the steps of a run as they were journaled
+        # The events, while the process holds the journal alone (service/state/files/segments.py).
+        self._segments: Segments | None = None
 
     @property
     def path(self) -> Path:
@@ -119,8 +130,10 @@ class FileRunJournal:
             raise OSError(f"{self.path}: not a usable run journal ({error})") from error
         self._position = int(row[0])
         self._db = db
-        self._sweep_orphans()
         self._hold_alone()
+        if self._attempts is not None:  # held alone: its events go to segments
+            self._segments = self._recover(Segments(self.directory))
+        self._sweep_orphans()
         now = connect(self.path)
         now.execute("PRAGMA busy_timeout = 0")
         now.execute("PRAGMA wal_autocheckpoint = 0")
@@ -130,19 +143,28 @@ class FileRunJournal:
         await self._run(self._write, list(entries))
 
     def write_now(self, entries: Sequence[JournalEntry]) -> bool:
-        if self._now is None or len(entries) > WRITE_NOW_MAX:
+        segments = self._segments
+        rows = len(entries) if segments is None else sum(e.kind != "event" for e in entries)
+        if self._now is None or rows > WRITE_NOW_MAX:
             return False  # a large batch is written on the thread, beside the loop's work
-        try:
-            self._now.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
-                return False  # another connection is writing: the thread waits for it
-            raise
-        self._commit(self._now, entries)
-        self._commits += 1
-        if self._commits >= CHECKPOINT_EVERY:
-            self._commits = 0
-            self._thread.submit(self._checkpoint)
+        if segments is not None and not segments.ready():
+            return False  # the next segment is yet to be created, off the loop
+        if rows:
+            try:
+                self._now.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                    return False  # another connection is writing: the thread waits for it
+                raise
+            self._commit(self._now, entries, database=True)
+            self._commits += 1
+            if self._commits >= CHECKPOINT_EVERY:
+                self._commits = 0
+                self._thread.submit(self._checkpoint)
+        else:  # events alone: appended to their segment, no transaction
+            self._commit(self._now, entries, database=False)
+        if segments is not None and segments.needs_preparing():
+            self._thread.submit(segments.prepare)
         if self._sweep_due():
             self._thread.submit(self._sweep, self._take_ended())
         return True
@@ -160,7 +182,7 @@ class FileRunJournal:
     def _write(self, entries: list[JournalEntry]) -> None:
         db = self._database()
         db.execute("BEGIN IMMEDIATE")
-        self._commit(db, entries)
+        self._commit(db, entries, database=True)
         if self._sweep_due():
             self._sweep(self._take_ended())
 
@@ -189,7 +211,9 @@ class FileRunJournal:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        except (sqlite3.Error, RuntimeError) as error:  # left for the next start
+            if self._segments is not None:
+                self._segments.drop()
+        except (OSError, sqlite3.Error, RuntimeError) as error:  # left for the next start
             log.warning("could not delete ended runs' events from %s: %s", self.path, error)
 
     def _sweep_orphans(self) -> None:
@@ -198,6 +222,52 @@ class FileRunJournal:
         db.execute(
             "DELETE FROM journal_events WHERE run_id NOT IN (SELECT run_id FROM journal_runs)"
         )
+
+    # The events' segments ---------------------------------------------------------------
+
+    def _recover(self, segments: Segments) -> Segments:
+        """Move the events a previous process left in segments, of the runs still in flight,
+        into the database; then begin a new segment (at open)."""
+        db = self._database()
+        live = {str(r) for (r,) in db.execute("SELECT run_id FROM journal_runs")}
+        rows = ((r, seq, data) for r, seq, data in segments.recover() if r in live)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("INSERT OR REPLACE INTO journal_events VALUES (?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        segments.start()
+        return segments
+
+    def _settle(self) -> None:
+        """Move the events of the runs with events in old segments into the database, then
+        delete the segments no run needs (on the thread, once a segment is begun)."""
+        segments = self._segments
+        if segments is None:
+            return
+        try:
+            old = segments.old()
+            upto = segments.number - 1  # the newest segment closed
+            if old:
+                rows = [
+                    (run_id, seq, data)
+                    for run_id, since in old.items()
+                    for seq, data in segments.read(run_id, since, upto)
+                ]
+                db = self._database()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany("INSERT OR REPLACE INTO journal_events VALUES (?, ?, ?)", rows)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                segments.settled(old, upto)
+            segments.drop()
+        except (OSError, sqlite3.Error, RuntimeError) as error:  # tried again at the next
+            log.warning("could not move old events of the run journal %s: %s", self.path, error)
 
     # How often each run resumed -----------------------------------------------------
 
@@ -234,10 +304,19 @@ class FileRunJournal:
             known.update(_attempts(db, unknown))
         return known
 
-    def _commit(self, db: sqlite3.Connection, entries: Sequence[JournalEntry]) -> None:
-        """Apply `entries` in the transaction begun on `db`, and commit it."""
+    def _commit(
+        self, db: sqlite3.Connection, entries: Sequence[JournalEntry], *, database: bool
+    ) -> None:
+        """Apply `entries`: their events appended to their segment first, while the process
+        holds the journal alone, then the rest in the transaction begun on `db` (with
+        `database`), committed."""
         try:
-            attempts = self._known_attempts(db, entries)
+            segments = self._segments
+            attempts = self._attempts
+            if attempts is None or not all(e.run_id in attempts for e in entries):
+                attempts = self._known_attempts(db, entries)
+            appended: list[bytes] = []
+            runs: list[str] = []
             for entry in entries:
                 if entry.kind not in ("begin", "resume") and entry.attempt < attempts.get(
                     entry.run_id, 0
@@ -245,10 +324,23 @@ class FileRunJournal:
                     continue  # written by an owner the run has since been taken from
                 if entry.kind == "resume":
                     attempts[entry.run_id] = max(attempts.get(entry.run_id, 0), entry.attempt)
-                self._apply(db, entry)
-            db.execute("COMMIT")
+                if segments is not None and entry.kind == "event":
+                    appended.append(record(entry.run_id.encode(), int(entry.key), entry.data))
+                    runs.append(entry.run_id)
+                elif entry.kind == "end" and segments is not None:
+                    self._apply(db, entry)
+                    segments.forget(entry.run_id)
+                else:
+                    self._apply(db, entry)
+            if appended and segments is not None:
+                began = segments.append(b"".join(appended), runs)
+                if began is not None:
+                    self._thread.submit(self._settle)
+            if database:
+                db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if database:
+                db.execute("ROLLBACK")
             raise
 
     def _apply(self, db: sqlite3.Connection, entry: JournalEntry) -> None:
@@ -307,10 +399,16 @@ class FileRunJournal:
         if row is None:
             return None
         journaled = JournaledRun(run_id, row[0], json.loads(row[1]), attempts=int(row[2]))
-        for (data,) in db.execute(
-            "SELECT event FROM journal_events WHERE run_id = ? ORDER BY seq", (run_id,)
-        ):
-            journaled.events.append(pb.Event.FromString(data))
+        logged = dict(
+            db.execute(
+                "SELECT seq, event FROM journal_events WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+        )
+        segments = self._segments
+        since = segments.holds(run_id) if segments is not None else None
+        if segments is not None and since is not None:
+            logged.update(segments.read(run_id, since))
+        journaled.events.extend(pb.Event.FromString(logged[seq]) for seq in sorted(logged))
         for key, result in db.execute(
             "SELECT key, result FROM journal_steps WHERE run_id = ? ORDER BY position", (run_id,)
         ):
@@ -329,6 +427,8 @@ class FileRunJournal:
         if self._now is not None:
             self._now.close()
             self._now = None
+        if self._segments is not None:
+            self._segments.close()
         if self._db is not None:
             if self._ended:
                 await self._run(self._sweep, self._take_ended())
