@@ -276,13 +276,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs in flight when killed")
     parser.add_argument("--lease", type=float, default=2.0, help="AGW_REDIS_LEASE_TTL_S")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--out", default="", help="write the figures as JSON here ('' = none)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.streams, args.deltas, args.calls, args.runs = 1, 10, 20, 20, 3
     figures = eventloop.run(measure(args), os.environ.get("AGW_EVENT_LOOP", "auto"))
-    if args.out is not None:
-        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
     print(markdown(figures))
 
 

@@ -244,7 +244,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
-        "--out", type=str, default=str(ROOT / "bench" / "results" / "replicas.json")
+        "--out",
+        type=str,
+        default=str(ROOT / "bench" / "results" / "replicas.json"),
+        help="JSON results file ('' = none)",
     )
     return parser.parse_args(argv)
 
@@ -252,10 +255,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     figures = eventloop.run(run(args), os.environ.get("AGW_EVENT_LOOP", "auto"))
-    with open(args.out, "w") as out:
-        json.dump(figures, out, indent=2)
-        out.write("\n")
     print(markdown(figures))
+    if args.out:
+        with open(args.out, "w") as out:
+            json.dump(figures, out, indent=2)
+            out.write("\n")
 
 
 if __name__ == "__main__":

@@ -69,11 +69,15 @@ async def test_a_run_is_kept_as_journaled_until_its_end(journal: RunJournal) -> 
     assert kept.started == {"task task_1/tool t1"}
     assert not kept.ended
     # The owner the run was taken from (attempt 0, still running somewhere) is not kept;
-    # the run's owner now (attempt 2) is.
+    # the run's owner now (attempt 2) is — events alone in a batch as well.
     await journal.write([step("r1", "turn 2", "stale"), JournalEntry("r1", "end")])
     await journal.write([step("r1", "task task_1/tool t1", [True, 7], attempt=2)])
+    later = numbered(*logged, events.content_delta("c_1", "stale"), events.content_end("c_1"))
+    await journal.write(entries_of("r1", later[2:3]))  # attempt 0: stale
+    await journal.write([e._replace(attempt=2) for e in entries_of("r1", later[3:])])
     again = await journal.load("r1")
     assert again is not None and again.started == set()
+    assert again.events == [*logged, later[3]]
     assert list(again.steps) == ["turn 1", "task task_1/tool t1"]  # in the order journaled
     await journal.write([JournalEntry("r1", "end", attempt=2)])
     assert await journal.load("r1") is None

@@ -110,7 +110,12 @@ async def open_pool(
         raise StoreFailed(f"no PostgreSQL database to connect to: set {setting}")
     with failures("could not open the PostgreSQL database"):
         pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=max_size, timeout=timeout_s, command_timeout=timeout_s
+            dsn,
+            min_size=1,
+            max_size=max_size,
+            timeout=timeout_s,
+            command_timeout=timeout_s,
+            reset=_nothing_to_reset,
         )
     try:
         with failures("could not migrate the PostgreSQL database"):
@@ -120,6 +125,14 @@ async def open_pool(
         pool.terminate()
         raise
     return pool
+
+
+async def _nothing_to_reset(connection: Connection) -> None:
+    """A connection goes back to the pool without the reset query's round trip (asyncpg's
+    default: unlock advisory locks, close cursors, unlisten, reset settings): the stores
+    leave no session state behind — their advisory locks are transaction-scoped, they
+    declare no cursor and change no setting, and the agent store listens on a connection
+    of its own. (A transaction left open is still rolled back, by the pool.)"""
 
 
 async def close_pool(pool: Pool | None, timeout_s: float = 10.0) -> None:
