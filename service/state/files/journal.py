@@ -144,6 +144,8 @@ class FileRunJournal:
 
     def write_now(self, entries: Sequence[JournalEntry]) -> bool:
         segments = self._segments
+        if segments is not None and self._append_events(segments, entries):
+            return True
         rows = len(entries) if segments is None else sum(e.kind != "event" for e in entries)
         if self._now is None or rows > WRITE_NOW_MAX:
             return False  # a large batch is written on the thread, beside the loop's work
@@ -166,6 +168,29 @@ class FileRunJournal:
         if segments is not None and segments.needs_preparing():
             self._thread.submit(segments.prepare)
         if self._sweep_due():
+            self._thread.submit(self._sweep, self._take_ended())
+        return True
+
+    def _append_events(self, segments: Segments, entries: Sequence[JournalEntry]) -> bool:
+        """Write a batch of events alone, of runs this process knows, to their segment; False,
+        having written nothing, for any other batch (the per-delta path: most batches)."""
+        known = self._attempts
+        if known is None or not segments.ready():
+            return False
+        records = []
+        runs = []
+        for entry in entries:
+            attempts = known.get(entry.run_id)
+            if entry.kind != "event" or attempts is None:
+                return False
+            if entry.attempt >= attempts:  # (else: of an owner the run was taken from)
+                records.append(record(entry.run_id.encode(), int(entry.key), entry.data))
+                runs.append(entry.run_id)
+        if records and segments.append(b"".join(records), runs) is not None:
+            self._thread.submit(self._settle)
+        if segments.needs_preparing():
+            self._thread.submit(segments.prepare)
+        if self._ended and self._sweep_due():
             self._thread.submit(self._sweep, self._take_ended())
         return True
 

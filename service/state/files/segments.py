@@ -142,12 +142,11 @@ class Segments:
                 os.ftruncate(fd, self._size)
             raise
         self._size += written
-        number = self.number
-        with self._lock:
-            first = self._first
-            for run_id in run_ids:
-                if run_id not in first:
-                    first[run_id] = number
+        first = self._first
+        for run_id in run_ids:
+            if run_id not in first:  # (runs are added by the writer alone: a look needs no lock)
+                with self._lock:
+                    first.setdefault(run_id, self.number)
         return began
 
     def _rotate(self) -> int:
