@@ -24,6 +24,10 @@ is appended, and its readers see it once it is durable (`publish`): the log's
 visible mark follows the journal. A resumed run's log starts with the events its
 journal kept, and while the run's mode runs again (`replay`) an event the log
 already holds is not appended twice.
+
+A new run's opening is held (`hold`, `release`): its first events are in the log at
+once, while their journal entries and their readers wait until the run's first model
+request is out.
 """
 
 from __future__ import annotations
@@ -38,7 +42,15 @@ from service.core import events
 from service.core.errors import RunHandedOver
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
 from service.core.middleware import hooks
-from service.core.run.journal import JournalEntry, Journaling, Lane, Replay, RunSteps, lane_path
+from service.core.run.journal import (
+    JournalEntry,
+    Journaling,
+    Lane,
+    Readable,
+    Replay,
+    RunSteps,
+    lane_path,
+)
 from service.core.signals import Flag
 
 Observer = Callable[[Event], None]
@@ -162,7 +174,7 @@ class EventLog(Sequence[Event]):
     def observe_published(self, observer: Observer) -> None:
         """Call `observer` with every event as readers get to see it: at once, or once it
         is durable when the run is journaled (what other replicas are sent)."""
-        if self._visible is None:
+        if self.journaling is None:  # (also while held: `hold`)
             self._observers.append(observer)
         else:
             self._published.append(observer)
@@ -250,6 +262,43 @@ class EventLog(Sequence[Event]):
         for index in range(self._packed, upto):
             log[index] = raw[index]
         self._packed = max(self._packed, upto)
+
+    def hold(self) -> None:
+        """Show the readers nothing more and give the journal nothing until `release`.
+
+        What is emitted meanwhile is appended and observed as usual; its journal entries
+        (and those of the run's steps) are kept, in order, for `release`. A new run's
+        opening is held so while its task sends its first model request: the journal's
+        write and the readers' writes of the opening events come after the request, not in
+        its way (service/core/lifecycle.py).
+        """
+        journaling = self.journaling
+        if journaling is None:
+            self._visible = len(self._events)
+        elif not isinstance(journaling, _Held):
+            held = _Held(journaling)
+            self.journaling = held
+            if self.steps is not None:
+                self.steps.journaling = held
+
+    def release(self) -> None:
+        """End `hold`: the journal is given what was kept (readers see it once it is
+        durable); an unjournaled run's readers see everything at once."""
+        held = self.journaling
+        if held is None:
+            if self._visible is not None:
+                self._visible = None
+                self._all_published.set()  # `published`: nothing more to wait for
+                if self._waiters:
+                    self._wake()
+            return
+        if not isinstance(held, _Held):
+            return
+        journaling = self.journaling = held.journaling
+        if self.steps is not None and self.steps.journaling is held:
+            self.steps.journaling = journaling
+        for entry, log, seq in held.entries:
+            journaling.submit(entry, log, seq)
 
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
@@ -416,6 +465,19 @@ class EventLog(Sequence[Event]):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class _Held(Journaling):
+    """The journal of a held log (`EventLog.hold`): keeps what its run submits, in order,
+    for the run's journaling (`journaling`) when the log is released."""
+
+    def __init__(self, journaling: Journaling) -> None:
+        super().__init__(journaling.journal)
+        self.journaling = journaling
+        self.entries: list[tuple[JournalEntry, Readable | None, int]] = []
+
+    def submit(self, entry: JournalEntry, log: Readable | None = None, seq: int = 0) -> None:
+        self.entries.append((entry, log, seq))
 
 
 def _parsed(entry: Event | bytes) -> Event:
