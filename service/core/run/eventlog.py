@@ -27,7 +27,8 @@ already holds is not appended twice.
 
 A new run's opening is held (`hold`, `release`): its first events are in the log at
 once, while their journal entries and their readers wait until the run's first model
-request is out.
+request is out. A turn's first output is handed on (`hand_on`): its producer lets the
+readers write it out before going on with the rest of what it read.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ from service.core.run.journal import (
 from service.core.signals import Flag
 
 Observer = Callable[[Event], None]
+#: The longest `hand_on` waits for the readers to write out what was emitted.
+HAND_ON_S = 0.005
 T = TypeVar("T")
 
 #: oneof field → (opens a block, the payload's block id field), for the blocks' starts and ends.
@@ -72,6 +75,7 @@ class EventLog(Sequence[Event]):
         "_dropped",
         "_events",
         "_finished",
+        "_handing",
         "_observers",
         "_on_event",
         "_open",
@@ -119,6 +123,7 @@ class EventLog(Sequence[Event]):
         for event in journaled:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
+        self._handing: asyncio.Future[None] | None = None  # `hand_on` waits for the readers
         self._finished = Flag()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
         # Journaled: each event goes to the journal, and readers see the durable ones only.
@@ -300,6 +305,42 @@ class EventLog(Sequence[Event]):
         for entry, log, seq in held.entries:
             journaling.submit(entry, log, seq)
 
+    async def hand_on(self) -> None:
+        """Let the readers write out the events emitted so far before the caller goes on.
+
+        For a producer with more to do before it next waits (the rest of an upstream
+        chunk, the end of its turn, the run's end), whose work would hold the loop while
+        the readers' writes wait for it: a turn's first output reaches its client first.
+        Returns once every reader waits for more, or after `HAND_ON_S` (a slow reader
+        does not hold the run longer); at once without a reader, or when the journal
+        writes in a task of its own (its events are not shown yet).
+        """
+        if not self.subscribers:
+            return
+        if self.journaling is not None:
+            await asyncio.sleep(0)  # the journal writes this turn's batch, wakes the readers
+            if self.visible < len(self._events):
+                return
+        if len(self._waiters) >= self.subscribers:
+            return  # every reader has read everything, and waits
+        handing = self._handing = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(HAND_ON_S):
+                await handing
+        except TimeoutError:
+            pass
+        finally:
+            if self._handing is handing:
+                self._handing = None
+
+    def _handed(self) -> None:
+        """Tell `hand_on` when every reader waits for more (or none is left)."""
+        handing = self._handing
+        if handing is not None and len(self._waiters) >= self.subscribers:
+            self._handing = None
+            if not handing.done():
+                handing.set_result(None)
+
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
@@ -406,6 +447,8 @@ class EventLog(Sequence[Event]):
                     self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
+                if self._handing is not None:
+                    self._handed()
                 await waiter
         finally:
             self._unsubscribe()
@@ -435,6 +478,8 @@ class EventLog(Sequence[Event]):
                     self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
+                if self._handing is not None:
+                    self._handed()
                 await waiter
         finally:
             self._unsubscribe()
@@ -457,6 +502,8 @@ class EventLog(Sequence[Event]):
 
     def _unsubscribe(self) -> None:
         self.subscribers -= 1
+        if self._handing is not None:
+            self._handed()
         if self.subscribers == 0 and not self._done and self.on_unwatched is not None:
             self.on_unwatched(self)
 

@@ -1,12 +1,15 @@
-"""EventLog.hold / release: a new run's opening waits for its first model request."""
+"""EventLog.hold / release (a new run's opening waits for its first model request) and
+hand_on (a turn's first output is written out before its producer goes on)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from service.core import events
 from service.core.events import Event
+from service.core.run import eventlog
 from service.core.run.eventlog import EventLog
 from service.core.run.journal import JournalEntry, Journaling, RunSteps
 
@@ -84,3 +87,50 @@ async def test_a_held_unjournaled_log_shows_everything_once_released() -> None:
     await asyncio.wait_for(published, 1.0)
     assert seen == ["run.start", "run.complete"]
     assert log.visible == 2
+
+
+async def test_hand_on_returns_once_the_readers_have_written_what_was_emitted() -> None:
+    log = EventLog("run-3", "chat-3", journaling=Journaling(Writer()))
+    written: list[str] = []
+
+    async def slow_send(event: Event) -> None:
+        await asyncio.sleep(0.001)  # a write that takes a while
+        written.append(event.type)
+
+    following = asyncio.create_task(log.relay(0, slow_send))
+    await turns()
+    out = log.scope()
+    out.emit(events.content_start("run-3_c_1"))
+    out.emit(events.content_delta("run-3_c_1", "first"))
+    await log.hand_on()
+    assert written == ["content.start", "content.delta"]
+    log.finish(events.make("run_complete"))
+    await asyncio.wait_for(following, 1.0)
+
+
+async def test_hand_on_does_not_wait_for_a_stuck_reader_longer_than_its_bound() -> None:
+    log = EventLog("run-4", "chat-4")
+    stuck = asyncio.Event()
+
+    async def send(_event: Event) -> None:
+        await stuck.wait()  # a client that does not read
+
+    following = asyncio.create_task(log.relay(0, send))
+    await turns()
+    log.scope().emit(events.content_start("run-4_c_1"))
+    started = time.monotonic()
+    await log.hand_on()
+    assert eventlog.HAND_ON_S <= time.monotonic() - started < eventlog.HAND_ON_S + 0.5
+    assert log._handing is None
+    following.cancel()
+    await asyncio.gather(following, return_exceptions=True)
+
+
+async def test_hand_on_without_a_reader_returns_at_once() -> None:
+    log = EventLog("run-5", "chat-5", journaling=Journaling(Writer()))
+    log.scope().emit(events.content_start("run-5_c_1"))
+    other = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(other.set_result, None)
+    await log.hand_on()
+    assert not other.done()  # it did not even let the loop turn
+    await other
