@@ -311,18 +311,12 @@ class EventLog(Sequence[Event]):
         For a producer with more to do before it next waits (the rest of an upstream
         chunk, the end of its turn, the run's end), whose work would hold the loop while
         the readers' writes wait for it: a turn's first output reaches its client first.
-        Returns once every reader waits for more, or after `HAND_ON_S` (a slow reader
-        does not hold the run longer); at once without a reader, or when the journal
-        writes in a task of its own (its events are not shown yet).
+        Returns once the events are shown (journaled) and every reader waits for more, or
+        after `HAND_ON_S` (a slow reader, a slow journal, do not hold the run longer); at
+        once without a reader.
         """
-        if not self.subscribers:
+        if not self.subscribers or self._handed_on():
             return
-        if self.journaling is not None:
-            await asyncio.sleep(0)  # the journal writes this turn's batch, wakes the readers
-            if self.visible < len(self._events):
-                return
-        if len(self._waiters) >= self.subscribers:
-            return  # every reader has read everything, and waits
         handing = self._handing = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(HAND_ON_S):
@@ -333,10 +327,14 @@ class EventLog(Sequence[Event]):
             if self._handing is handing:
                 self._handing = None
 
+    def _handed_on(self) -> bool:
+        """Whether every event is shown and every reader has read it, and waits for more."""
+        return len(self._waiters) >= self.subscribers and self.visible >= len(self._events)
+
     def _handed(self) -> None:
-        """Tell `hand_on` when every reader waits for more (or none is left)."""
+        """Tell `hand_on` once it is handed on (a reader waits again, or left)."""
         handing = self._handing
-        if handing is not None and len(self._waiters) >= self.subscribers:
+        if handing is not None and self._handed_on():
             self._handing = None
             if not handing.done():
                 handing.set_result(None)
