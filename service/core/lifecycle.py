@@ -8,11 +8,11 @@
    bus's `register`, which another replica may win first.
 3. **Prepare**: what may fail, fails before the claim — the chat's last run
    settled, its memory read, the query's references made into content parts.
-4. **Launch**: the run's first events (`request.query`, `chat.start` on a new
-   chat, `run.start`), its chat recorder, its context, its task. The rest of its
-   opening — its journal's begin record, its first events journaled and shown to its
-   readers, its chat's query record — comes once the task's first model request is
-   out, so that the provider's time to first token hides it.
+4. **Launch**: the run's chat recorder, its context, its task. The rest of its
+   opening — its journal's begin record, its first events (`request.query`,
+   `chat.start` on a new chat, `run.start`) journaled and shown to its readers, its
+   chat's query record — comes once the task's first model request is out, so that
+   the provider's time to first token hides it.
 5. **Keep**: after the terminal event the chat is freed, the run's records are
    written and its log kept (`RunLog`); a run nobody follows is cancelled after
    `unwatched_run_ttl_s` unless it waits for a Submit.
@@ -312,7 +312,7 @@ class RunLifecycle:
         mode: Mode,
         models: Mapping[StageName, BoundModel],
     ) -> RunState:
-        """Start the registered run: its first events, its recorder, its task."""
+        """Start the registered run: its recorder, its task, then the rest of its opening."""
         run = start.run
         options = self.options
         for on_run_start in hooks(options.middlewares, "on_run_start"):
@@ -327,15 +327,14 @@ class RunLifecycle:
             owner=run.owner,
         )
         self._recorders[run.chat_id] = recorder
-        # The opening events are in the log at once, in order before anything the run's
-        # task emits; their journal entries and their readers wait for `_opened`, after
-        # the task's first model request is out.
-        run.log.hold()
-        out = run.log.scope()
-        out.emit(start.query_event)
+        # The opening events, their journal entries and their readers wait for `_opened`,
+        # after the task's first model request is out (they come before anything the task
+        # emits until then).
+        opening = [start.query_event]
         if start.new_chat:
-            out.emit(events.chat_start(chat_name_of(command.message)))
-        out.emit(events.run_start(agent.key))
+            opening.append(events.chat_start(chat_name_of(command.message)))
+        opening.append(events.run_start(agent.key))
+        run.log.hold(opening)
         self._execute(run, recorder, command, agent, mode, models, start.memory, start.parts)
         _after_first_step(self._opened, run, recorder, command, agent, start)
         return run
@@ -349,8 +348,9 @@ class RunLifecycle:
         start: _Prepared,
     ) -> None:
         """The rest of a new run's opening, once its first model request is out: its chat's
-        query record, its journal's begin record and its opening events (and whatever the
-        task emitted meanwhile), shown to its readers once journaled."""
+        query record, its journal's begin record, its opening events (unless the task
+        emitted something meanwhile, which they came before), shown to its readers once
+        journaled."""
         try:
             recorder.open()
             if self._journaling is not None:

@@ -39,7 +39,8 @@ async def warm_up(gateway: Harness, upstream: ThreadedProvider) -> None:
     provider, as it does once a service has served (the first request waits for a connect)."""
     call = gateway.stub.Query(gw.QueryRequest(agent_key="plain", message="Warm up"))
     async for event in call:
-        if event.type == "run.start":
+        if event.type == "run.start":  # (its request may still be on its way: a new connection)
+            assert await asyncio.to_thread(upstream.received.wait, WAIT_S)
             upstream.open_gate()
     upstream.received.clear()
 

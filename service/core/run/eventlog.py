@@ -25,10 +25,11 @@ visible mark follows the journal. A resumed run's log starts with the events its
 journal kept, and while the run's mode runs again (`replay`) an event the log
 already holds is not appended twice.
 
-A new run's opening is held (`hold`, `release`): its first events are in the log at
-once, while their journal entries and their readers wait until the run's first model
-request is out. A turn's first output is handed on (`hand_on`): its producer lets the
-readers write it out before going on with the rest of what it read.
+A new run's opening is held (`hold`, `release`): its first events, their journal
+entries and its readers wait until the run's first model request is out (anything the
+run emits before that comes after its first events). A turn's first output is handed
+on (`hand_on`): its producer lets the readers write it out before going on with the
+rest of what it read.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class EventLog(Sequence[Event]):
         "_observers",
         "_on_event",
         "_open",
+        "_opening",
         "_packed",
         "_published",
         "_raw",
@@ -120,6 +122,7 @@ class EventLog(Sequence[Event]):
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
+        self._opening: list[Event] | None = None  # held: the first events, to emit first
         for event in journaled:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
@@ -190,6 +193,8 @@ class EventLog(Sequence[Event]):
         On the per-delta path: the payload's field is looked up once, and each
         table is consulted once.
         """
+        if self._opening is not None:  # a held log's first events come first (`hold`)
+            self._emit_opening()
         if self._done:
             raise RuntimeError(f"run {self.run_id} already ended; cannot emit {event}")
         field: str | None = event.WhichOneof("payload")
@@ -268,15 +273,17 @@ class EventLog(Sequence[Event]):
             log[index] = raw[index]
         self._packed = max(self._packed, upto)
 
-    def hold(self) -> None:
-        """Show the readers nothing more and give the journal nothing until `release`.
+    def hold(self, opening: Sequence[Event] = ()) -> None:
+        """Show the readers nothing more and give the journal nothing until `release`;
+        emit `opening` then, or as soon as anything else is emitted (before it).
 
         What is emitted meanwhile is appended and observed as usual; its journal entries
         (and those of the run's steps) are kept, in order, for `release`. A new run's
-        opening is held so while its task sends its first model request: the journal's
-        write and the readers' writes of the opening events come after the request, not in
-        its way (service/core/lifecycle.py).
+        opening is held so while its task sends its first model request: its first
+        events, the journal's write and the readers' writes of them come after the
+        request, not in its way (service/core/lifecycle.py).
         """
+        self._opening = list(opening) or None
         journaling = self.journaling
         if journaling is None:
             self._visible = len(self._events)
@@ -287,8 +294,11 @@ class EventLog(Sequence[Event]):
                 self.steps.journaling = held
 
     def release(self) -> None:
-        """End `hold`: the journal is given what was kept (readers see it once it is
-        durable); an unjournaled run's readers see everything at once."""
+        """End `hold`: the opening is emitted (if it was not yet), the journal is given what
+        was kept (readers see it once it is durable); an unjournaled run's readers see
+        everything at once."""
+        if self._opening is not None:
+            self._emit_opening()
         held = self.journaling
         if held is None:
             if self._visible is not None:
@@ -304,6 +314,11 @@ class EventLog(Sequence[Event]):
             self.steps.journaling = journaling
         for entry, log, seq in held.entries:
             journaling.submit(entry, log, seq)
+
+    def _emit_opening(self) -> None:
+        opening, self._opening = self._opening or [], None
+        for event in opening:
+            self.emit(event)
 
     async def hand_on(self) -> None:
         """Let the readers write out the events emitted so far before the caller goes on.

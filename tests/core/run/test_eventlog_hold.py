@@ -89,6 +89,21 @@ async def test_a_held_unjournaled_log_shows_everything_once_released() -> None:
     assert log.visible == 2
 
 
+async def test_a_held_logs_opening_comes_at_the_release_or_before_anything_else() -> None:
+    log = EventLog("run-6", "chat-6", journaling=Journaling(Writer()))
+    log.hold([events.run_start("agent")])
+    assert len(log) == 0
+    log.release()
+    assert [e.type for e in log] == ["run.start"]
+
+    early = EventLog("run-7", "chat-7")
+    early.hold([events.chat_start("Hi"), events.run_start("agent")])
+    early.scope().emit(events.content_start("run-7_c_1"))  # before the release: after them
+    assert [e.type for e in early] == ["chat.start", "run.start", "content.start"]
+    early.release()
+    assert [e.seq for e in early] == [1, 2, 3]
+
+
 async def test_hand_on_returns_once_the_readers_have_written_what_was_emitted() -> None:
     log = EventLog("run-3", "chat-3", journaling=Journaling(Writer()))
     written: list[str] = []
