@@ -8,8 +8,11 @@
    bus's `register`, which another replica may win first.
 3. **Prepare**: what may fail, fails before the claim — the chat's last run
    settled, its memory read, the query's references made into content parts.
-4. **Launch**: the run's first events (`request.query`, `chat.start` on a new
-   chat, `run.start`), its chat recorder, its context, its task.
+4. **Launch**: the run's chat recorder, its context, its task. The rest of its
+   opening — its journal's begin record, its first events (`request.query`,
+   `chat.start` on a new chat, `run.start`) journaled and shown to its readers, its
+   chat's query record — comes once the task's first model request is out, so that
+   the provider's time to first token hides it.
 5. **Keep**: after the terminal event the chat is freed, the run's records are
    written and its log kept (`RunLog`); a run nobody follows is cancelled after
    `unwatched_run_ttl_s` unless it waits for a Submit.
@@ -36,7 +39,7 @@ import secrets
 import time
 import uuid
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +50,14 @@ from service.core.chats.memory import remembered
 from service.core.chats.recorder import ChatRecorder, user_message
 from service.core.chats.uploads import Uploads
 from service.core.commands import DebugLevel, QueryCommand, Strategy
-from service.core.errors import ChatBusy, ChatNotFound, Overloaded, OwnerLost, ShuttingDown
+from service.core.errors import (
+    AgwError,
+    ChatBusy,
+    ChatNotFound,
+    Overloaded,
+    OwnerLost,
+    ShuttingDown,
+)
 from service.core.ids import chat_name_of
 from service.core.middleware import hooks
 from service.core.ports import ChatStore, RunBus, RunJournal, RunLog
@@ -302,7 +312,7 @@ class RunLifecycle:
         mode: Mode,
         models: Mapping[StageName, BoundModel],
     ) -> RunState:
-        """Start the registered run: its first events, its recorder, its task."""
+        """Start the registered run: its recorder, its task, then the rest of its opening."""
         run = start.run
         options = self.options
         for on_run_start in hooks(options.middlewares, "on_run_start"):
@@ -317,15 +327,39 @@ class RunLifecycle:
             owner=run.owner,
         )
         self._recorders[run.chat_id] = recorder
-        if self._journaling is not None:
-            self._begin(run, command, agent, start)
-        out = run.log.scope()
-        out.emit(start.query_event)
+        # The opening events, their journal entries and their readers wait for `_opened`,
+        # after the task's first model request is out (they come before anything the task
+        # emits until then).
+        opening = [start.query_event]
         if start.new_chat:
-            out.emit(events.chat_start(chat_name_of(command.message)))
-        out.emit(events.run_start(agent.key))
+            opening.append(events.chat_start(chat_name_of(command.message)))
+        opening.append(events.run_start(agent.key))
+        run.log.hold(opening)
         self._execute(run, recorder, command, agent, mode, models, start.memory, start.parts)
+        _after_first_step(self._opened, run, recorder, command, agent, start)
         return run
+
+    def _opened(
+        self,
+        run: RunState,
+        recorder: ChatRecorder,
+        command: QueryCommand,
+        agent: AgentDefinition,
+        start: _Prepared,
+    ) -> None:
+        """The rest of a new run's opening, once its first model request is out: its chat's
+        query record, its journal's begin record, its opening events (unless the task
+        emitted something meanwhile, which they came before), shown to its readers once
+        journaled."""
+        try:
+            recorder.open()
+            if self._journaling is not None:
+                self._begin(run, command, agent, start)
+        except Exception as error:  # a bug: the run cannot be kept as it should
+            log.exception("could not open run %s", run.run_id)
+            run.fail(AgwError(f"internal error ({type(error).__name__})"))
+        finally:
+            run.log.release()
 
     def _execute(
         self,
@@ -797,6 +831,19 @@ class RunLifecycle:
             await asyncio.wait(list(self._finishing), timeout=10.0)
         if self._journaling is not None:
             await self._journaling.flush()
+
+
+def _after_first_step(callback: Callable[..., None], *args: Any) -> None:
+    """Call `callback(*args)` once the task created just before has made its first step,
+    and what that step started has made its own.
+
+    A run's task is created just before this: on the loop's next turn it makes its
+    first step — up to its first model request, which it hands to the HTTP client and
+    then waits for the answer — and the HTTP client (aiohttp) writes the request's body
+    in a task of its own, created in that step. The callback comes after both.
+    """
+    loop = asyncio.get_running_loop()
+    loop.call_soon(loop.call_soon, callback, *args)
 
 
 async def _until_ended(runs: list[RunState], timeout_s: float) -> None:

@@ -109,6 +109,7 @@ class ChatRecorder:
         "_position",
         "_positional",
         "_positions",
+        "_query",
         "_seq",
         "_shown_content",
         "_skip",
@@ -164,6 +165,7 @@ class ChatRecorder:
         self._closing: asyncio.Task[None] | None = None
         self._ended = Flag()
         self._skip = 0  # records written before the run resumed: not sent again
+        self._query: Record | None = None  # the query record, until it is sent
         if resumed:  # see `resume`
             return
         record: Record = {
@@ -175,10 +177,10 @@ class ChatRecorder:
         }
         if not owner.anonymous:  # who owns the chat (and so its runs)
             record["owner"] = owner.to_record()
-        # The query record is sent on the loop's next turn: the run's task, created right
-        # after the recorder, makes its first step before the record is appended — the
-        # model request leaves before a new chat's file is created. Appends keep their order.
-        asyncio.get_running_loop().call_soon(self._send, [record])
+        # The query record is sent by `open`, once the run's first model request is out:
+        # the request leaves before a new chat's file is created. Records sent before then
+        # carry it first: appends keep their order.
+        self._query = record
         run.observe_turns(self._on_turn)
         run.log.observe(self._on_event)
 
@@ -225,6 +227,11 @@ class ChatRecorder:
         run.observe_turns(recorder._on_turn)
         run.log.observe(recorder._on_event)
         return recorder
+
+    def open(self) -> None:
+        """Send the run's query record (unless a record sent before took it along)."""
+        if self._query is not None:
+            self._send([])
 
     def follow_turns(self) -> None:
         """Observe the run's model turns again: it was parked (its task stopped, and with it
@@ -480,6 +487,9 @@ class ChatRecorder:
         return [self.user_message]
 
     def _send(self, records: list[Record]) -> None:
+        if self._query is not None:
+            records = [self._query, *records]
+            self._query = None
         if self._skip:
             kept = [r for r in records if r.get("_type") != "step" or self._new()]
             if not kept:

@@ -24,6 +24,12 @@ is appended, and its readers see it once it is durable (`publish`): the log's
 visible mark follows the journal. A resumed run's log starts with the events its
 journal kept, and while the run's mode runs again (`replay`) an event the log
 already holds is not appended twice.
+
+A new run's opening is held (`hold`, `release`): its first events, their journal
+entries and its readers wait until the run's first model request is out (anything the
+run emits before that comes after its first events). A turn's first output is handed
+on (`hand_on`): its producer lets the readers write it out before going on with the
+rest of what it read.
 """
 
 from __future__ import annotations
@@ -38,10 +44,20 @@ from service.core import events
 from service.core.errors import RunHandedOver
 from service.core.events import BLOCK_ENDS, BLOCKS, EVENT_TYPES, TERMINALS, Event
 from service.core.middleware import hooks
-from service.core.run.journal import JournalEntry, Journaling, Lane, Replay, RunSteps, lane_path
+from service.core.run.journal import (
+    JournalEntry,
+    Journaling,
+    Lane,
+    Readable,
+    Replay,
+    RunSteps,
+    lane_path,
+)
 from service.core.signals import Flag
 
 Observer = Callable[[Event], None]
+#: The longest `hand_on` waits for the readers to write out what was emitted.
+HAND_ON_S = 0.005
 T = TypeVar("T")
 
 #: oneof field → (opens a block, the payload's block id field), for the blocks' starts and ends.
@@ -60,9 +76,11 @@ class EventLog(Sequence[Event]):
         "_dropped",
         "_events",
         "_finished",
+        "_handing",
         "_observers",
         "_on_event",
         "_open",
+        "_opening",
         "_packed",
         "_published",
         "_raw",
@@ -104,9 +122,11 @@ class EventLog(Sequence[Event]):
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
         self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
+        self._opening: list[Event] | None = None  # held: the first events, to emit first
         for event in journaled:
             self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
+        self._handing: asyncio.Future[None] | None = None  # `hand_on` waits for the readers
         self._finished = Flag()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
         # Journaled: each event goes to the journal, and readers see the durable ones only.
@@ -162,7 +182,7 @@ class EventLog(Sequence[Event]):
     def observe_published(self, observer: Observer) -> None:
         """Call `observer` with every event as readers get to see it: at once, or once it
         is durable when the run is journaled (what other replicas are sent)."""
-        if self._visible is None:
+        if self.journaling is None:  # (also while held: `hold`)
             self._observers.append(observer)
         else:
             self._published.append(observer)
@@ -173,6 +193,8 @@ class EventLog(Sequence[Event]):
         On the per-delta path: the payload's field is looked up once, and each
         table is consulted once.
         """
+        if self._opening is not None:  # a held log's first events come first (`hold`)
+            self._emit_opening()
         if self._done:
             raise RuntimeError(f"run {self.run_id} already ended; cannot emit {event}")
         field: str | None = event.WhichOneof("payload")
@@ -250,6 +272,87 @@ class EventLog(Sequence[Event]):
         for index in range(self._packed, upto):
             log[index] = raw[index]
         self._packed = max(self._packed, upto)
+
+    def hold(self, opening: Sequence[Event] = ()) -> None:
+        """Show the readers nothing more and give the journal nothing until `release`;
+        emit `opening` then, or as soon as anything else is emitted (before it).
+
+        What is emitted meanwhile is appended and observed as usual; its journal entries
+        (and those of the run's steps) are kept, in order, for `release`. A new run's
+        opening is held so while its task sends its first model request: its first
+        events, the journal's write and the readers' writes of them come after the
+        request, not in its way (service/core/lifecycle.py).
+        """
+        self._opening = list(opening) or None
+        journaling = self.journaling
+        if journaling is None:
+            self._visible = len(self._events)
+        elif not isinstance(journaling, _Held):
+            held = _Held(journaling)
+            self.journaling = held
+            if self.steps is not None:
+                self.steps.journaling = held
+
+    def release(self) -> None:
+        """End `hold`: the opening is emitted (if it was not yet), the journal is given what
+        was kept (readers see it once it is durable); an unjournaled run's readers see
+        everything at once."""
+        if self._opening is not None:
+            self._emit_opening()
+        held = self.journaling
+        if held is None:
+            if self._visible is not None:
+                self._visible = None
+                self._all_published.set()  # `published`: nothing more to wait for
+                if self._waiters:
+                    self._wake()
+            return
+        if not isinstance(held, _Held):
+            return
+        journaling = self.journaling = held.journaling
+        if self.steps is not None and self.steps.journaling is held:
+            self.steps.journaling = journaling
+        for entry, log, seq in held.entries:
+            journaling.submit(entry, log, seq)
+
+    def _emit_opening(self) -> None:
+        opening, self._opening = self._opening or [], None
+        for event in opening:
+            self.emit(event)
+
+    async def hand_on(self) -> None:
+        """Let the readers write out the events emitted so far before the caller goes on.
+
+        For a producer with more to do before it next waits (the rest of an upstream
+        chunk, the end of its turn, the run's end), whose work would hold the loop while
+        the readers' writes wait for it: a turn's first output reaches its client first.
+        Returns once the events are shown (journaled) and every reader waits for more, or
+        after `HAND_ON_S` (a slow reader, a slow journal, do not hold the run longer); at
+        once without a reader.
+        """
+        if not self.subscribers or self._handed_on():
+            return
+        handing = self._handing = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(HAND_ON_S):
+                await handing
+        except TimeoutError:
+            pass
+        finally:
+            if self._handing is handing:
+                self._handing = None
+
+    def _handed_on(self) -> bool:
+        """Whether every event is shown and every reader has read it, and waits for more."""
+        return len(self._waiters) >= self.subscribers and self.visible >= len(self._events)
+
+    def _handed(self) -> None:
+        """Tell `hand_on` once it is handed on (a reader waits again, or left)."""
+        handing = self._handing
+        if handing is not None and self._handed_on():
+            self._handing = None
+            if not handing.done():
+                handing.set_result(None)
 
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
@@ -357,6 +460,8 @@ class EventLog(Sequence[Event]):
                     self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
+                if self._handing is not None:
+                    self._handed()
                 await waiter
         finally:
             self._unsubscribe()
@@ -386,6 +491,8 @@ class EventLog(Sequence[Event]):
                     self._pack(self._raw, index)  # read by its only reader: bytes while it waits
                 waiter = new_waiter()
                 self._waiters.append(waiter)
+                if self._handing is not None:
+                    self._handed()
                 await waiter
         finally:
             self._unsubscribe()
@@ -408,6 +515,8 @@ class EventLog(Sequence[Event]):
 
     def _unsubscribe(self) -> None:
         self.subscribers -= 1
+        if self._handing is not None:
+            self._handed()
         if self.subscribers == 0 and not self._done and self.on_unwatched is not None:
             self.on_unwatched(self)
 
@@ -416,6 +525,19 @@ class EventLog(Sequence[Event]):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class _Held(Journaling):
+    """The journal of a held log (`EventLog.hold`): keeps what its run submits, in order,
+    for the run's journaling (`journaling`) when the log is released."""
+
+    def __init__(self, journaling: Journaling) -> None:
+        super().__init__(journaling.journal)
+        self.journaling = journaling
+        self.entries: list[tuple[JournalEntry, Readable | None, int]] = []
+
+    def submit(self, entry: JournalEntry, log: Readable | None = None, seq: int = 0) -> None:
+        self.entries.append((entry, log, seq))
 
 
 def _parsed(entry: Event | bytes) -> Event:

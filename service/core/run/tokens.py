@@ -39,6 +39,8 @@ LETTER_RATE = 0.075
 DIGIT_RATE = 0.65
 OTHER_RATE = 0.7
 SPACE_RATE = 0.02
+#: What a character costs at most (a one-letter word): `text_tokens(t) <= MAX_RATE * len(t)`.
+MAX_RATE = max(WIDE_RATE, WORD_RATE + LETTER_RATE, DIGIT_RATE, OTHER_RATE, SPACE_RATE)
 
 
 def text_tokens(text: str) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.run.tokens import text_tokens
+from service.core.run.tokens import MAX_RATE, text_tokens
 
 Message = dict[str, Any]
 
@@ -50,6 +50,12 @@ def estimate_tokens(messages: list[Message]) -> int:
             for m in messages
         )
     )
+
+
+def tokens_at_most(messages: list[Message]) -> float:
+    """A bound of `estimate_tokens(messages)` made from lengths only (no text is read)."""
+    chars = sum(len(_text(m.get("content"))) + len(_text(m.get("tool_calls"))) for m in messages)
+    return chars * MAX_RATE + 4 * len(messages) + 0.5  # (+ 0.5: the estimate is rounded)
 
 
 def _text(value: Any) -> str:

@@ -2,7 +2,9 @@
 
 `stream_turn` opens the provider stream, forwards every delta at once as the
 matching event (reasoning, content, tool-call fragments) and returns what the
-turn produced, for the mode to act on and for the chat memory. A text block
+turn produced, for the mode to act on and for the chat memory. The run's own turn
+lets its readers write out its first output before it goes on with the rest of what
+it read (`EventLog.hand_on`). A text block
 (reasoning or content) closes when the kind of output changes; tool-call blocks
 stay open until the stream ends, so fragments of parallel calls may interleave. Leaving
 the function — normally, by error or by cancellation — closes the upstream
@@ -150,10 +152,14 @@ async def stream_turn(
 
     observer = ModelCallObserver(run, out, request)
     error: BaseException | None = None
+    log = out.log
     try:
         stream = client.stream(request)  # a client routing calls reports its first attempt
         observer.opened()
         async with stream as deltas:
+            # Until the turn's first output is out: then -1. A plan task's or a nested run's
+            # turn shares the loop with the others running at once: it does not hold back.
+            shown = -1 if out.task_id or out.parent_tool_id else len(log)
             async for delta in deltas:
                 if delta.restart is not None:
                     restart(delta.restart)
@@ -201,6 +207,9 @@ async def stream_turn(
                     result.usage = delta.usage
                 if delta.signatures:
                     result.signatures += delta.signatures
+                if shown >= 0 and len(log) > shown:  # the turn's first output: its readers
+                    shown = -1  # take it before the rest of the chunk is read
+                    await log.hand_on()
         close_text()
         for call in calls.values():  # parallel calls stay open until the turn's stream ends
             emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))

@@ -49,7 +49,14 @@ from service.core.run.context import RunContext
 from service.core.run.eventlog import Emitter
 from service.core.run.observation import ModelCallObserver
 from service.core.run.tokens import text_tokens
-from service.core.run.transcript import Message, PastRun, estimate_tokens, flatten, summary_run
+from service.core.run.transcript import (
+    Message,
+    PastRun,
+    estimate_tokens,
+    flatten,
+    summary_run,
+    tokens_at_most,
+)
 from service.core.tools.guards import MAX_LINE_CHARS
 from service.core.tools.names import CONTEXT_SUMMARY_TOOL
 
@@ -190,8 +197,11 @@ class ContextWindow:
 
     async def fit(self, messages: list[Message], own_start: int) -> None:
         """Prune, summarise or trim `messages` (in place) before a model call."""
-        self.prune(messages, own_start)
         threshold = self.settings.compress_at * self.length
+        limit = min(threshold - self.schemas, self.settings.prune_at * self.length)
+        if tokens_at_most(messages) <= limit:
+            return  # far from both limits, by their lengths alone: nothing to estimate
+        self.prune(messages, own_start)
         if self.size(messages) <= threshold:
             return
         await self.summarise(messages, threshold)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from service.core.run.tokens import text_tokens
-from service.core.run.transcript import estimate_tokens
+from service.core.run.tokens import MAX_RATE, text_tokens
+from service.core.run.transcript import estimate_tokens, tokens_at_most
 
 ROOT = Path(__file__).resolve().parents[3]
 with warnings.catch_warnings():  # it reads its vocabularies with a deprecated importlib call
@@ -79,3 +82,21 @@ def test_a_prompt_is_estimated_by_its_messages_texts() -> None:
     assert real <= estimate <= real + 2 * 4 + 4  # the texts, and a little for each message
     assert estimate_tokens([]) == 0
     assert text_tokens("") == 0.0
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(st.characters(codec="utf-8")),
+            st.one_of(st.none(), st.lists(st.dictionaries(st.text(), st.text()), max_size=2)),
+        ),
+        max_size=5,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_the_length_bound_is_never_under_the_estimate(texts: list[tuple[str, Any]]) -> None:
+    """What lets a prompt far from the limits skip the estimate (`ContextWindow.fit`)."""
+    messages = [{"role": "user", "content": text, "tool_calls": calls} for text, calls in texts]
+    assert estimate_tokens(messages) <= tokens_at_most(messages)
+    for text, _ in texts:
+        assert text_tokens(text) <= MAX_RATE * len(text)
