@@ -103,9 +103,11 @@ class EventLog(Sequence[Event]):
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
         self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
-        self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
-        for event in journaled:
-            self._track(event, event.WhichOneof("payload") or "")
+        # Block id -> the index of its start event in the log, in opening order: the index,
+        # not the event, so that a start held as its bytes (`_pack`) is not kept parsed too.
+        self._open: dict[str, int] = {}
+        for index, event in enumerate(journaled):
+            self._track(event, event.WhichOneof("payload") or "", index)
         self._waiters: list[asyncio.Future[None]] = []
         self._finished = Flag()
         self._done = False  # the terminal event is appended (what `_finished` tells waiters)
@@ -191,7 +193,7 @@ class EventLog(Sequence[Event]):
             return event  # the run resumed: its log has this event already
         log = self._events
         event.seq = len(log) + 1
-        self._track(event, field)
+        self._track(event, field, len(log))
         log.append(event)
         for observer in self._observers:
             observer(event)
@@ -210,21 +212,21 @@ class EventLog(Sequence[Event]):
             self._wake()
         return event
 
-    def _track(self, event: Event, field: str) -> None:
-        """Keep the open blocks current with `event`."""
+    def _track(self, event: Event, field: str, index: int) -> None:
+        """Keep the open blocks current with `event`, the log's entry at `index`."""
         role = _BLOCK_ROLES.get(field)
         if role is not None:
             opens, id_field = role
             block_id = getattr(getattr(event, field), id_field)
             if opens:
-                self._open[block_id] = event
+                self._open[block_id] = index
             else:
                 self._open.pop(block_id, None)
 
     def keep(self, event: Event) -> None:
         """Append `event` as it was (seq and time), without telling anyone: to rebuild, one
         event after the other, what a resumed run's recorder saw."""
-        self._track(event, event.WhichOneof("payload") or "")
+        self._track(event, event.WhichOneof("payload") or "", len(self._events))
         self._events.append(event)
         self._raw = None
 
@@ -279,7 +281,8 @@ class EventLog(Sequence[Event]):
     @property
     def open_blocks(self) -> list[Event]:
         """The start events of the blocks open now, in opening order."""
-        return list(self._open.values())
+        log = self._events
+        return [_parsed(log[index]) for index in self._open.values()]
 
     def _let_go(self) -> None:
         """Once the terminal event is out, nothing more is emitted: drop what refers back to
@@ -320,7 +323,7 @@ class EventLog(Sequence[Event]):
 
     def finish(self, terminal: Event) -> Event:
         """Close every open block (innermost first), then append the terminal event."""
-        for start in reversed(list(self._open.values())):
+        for start in reversed(self.open_blocks):
             self.emit(events.end_of(start))
         return self.emit(terminal)
 
@@ -328,7 +331,7 @@ class EventLog(Sequence[Event]):
         """Close the blocks left open by the nested run under `parent_tool_id` (innermost first)."""
         if self.done:
             return
-        for start in reversed(list(self._open.values())):
+        for start in reversed(self.open_blocks):
             if start.parent_tool_id == parent_tool_id:
                 self.emit(events.end_of(start))
 
@@ -376,8 +379,9 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    event = log[index - 1]
-                    await send(event if not isinstance(event, bytes) else Event.FromString(event))
+                    # No local keeps the event: while the reader waits, the log holds it
+                    # as its bytes only (`_pack`).
+                    await send(_parsed(log[index - 1]))
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
