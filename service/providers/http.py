@@ -66,6 +66,7 @@ from yarl import URL
 from service.core.errors import ProviderError, ProviderStreamError, ProviderTimeout
 from service.core.masking import SecretMask, is_secret_header, is_sensitive
 from service.core.model import ModelDelta, ModelRequest
+from service.core.timers import Timer, shared_timer
 from service.providers import observer
 from service.providers.openai_wire import (
     ReasoningStyle,
@@ -487,7 +488,8 @@ class _ReadWatch:
     counted against the provider.
 
     aiohttp's own timer keeps bounding the wait for the response head and its
-    first bytes; it is switched off for the rest of the body here.
+    first bytes; it is switched off for the rest of the body here. The timer is a
+    deadline on the loop's shared timer (service/core/timers.py).
     """
 
     __slots__ = ("_body", "_handle", "_loop", "_timeout", "received", "since")
@@ -496,7 +498,7 @@ class _ReadWatch:
         self._body = response.content
         self._loop = asyncio.get_running_loop()
         self._timeout = timeout
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Timer | None = None
         self.since = 0.0  # when the latest read started waiting
         self.received = 0  # the body's byte count then
         connection = response.connection  # None once the whole body was received
@@ -509,7 +511,7 @@ class _ReadWatch:
         self.since = now = self._loop.time()
         self.received = self._body.total_bytes
         if self._handle is None and self._timeout:
-            self._handle = self._loop.call_at(now + self._timeout, self._check)
+            self._handle = shared_timer().call_at(now + self._timeout, self._check)
 
     def _check(self) -> None:
         self._handle = None
@@ -517,7 +519,7 @@ class _ReadWatch:
             return  # the read was answered (its task may not have run yet): the next one re-arms
         due = self.since + self._timeout
         if self._loop.time() < due:  # a later read is waiting: check at its deadline
-            self._handle = self._loop.call_at(due, self._check)
+            self._handle = shared_timer().call_at(due, self._check)
             return
         self._body.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
 

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 
 from opentelemetry import trace
 
-from service.core import events
+from service.core import events, timers
 from service.core.errors import AgwError, BudgetExhausted
 from service.core.run import observation
 from service.core.run.context import Mode, RunContext, RunStopped
@@ -71,7 +71,7 @@ async def _execute(ctx: RunContext, mode: Mode) -> None:
     if started_ms := ctx.command.started_at_ms:
         left_ms = min(timeout_ms, started_ms + timeout_ms - time.time_ns() // 1_000_000)
     try:
-        async with asyncio.timeout(max(left_ms, 0) / 1000) as deadline:
+        async with timers.timeout(max(left_ms, 0) / 1000) as deadline:
             try:
                 outcome = await mode(ctx)
             except TimeoutError:
