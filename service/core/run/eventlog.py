@@ -482,7 +482,7 @@ class Emitter:
         steps = self.log.steps
         return prefix + secrets.token_hex(4) if steps is None else steps.token(self.lane, prefix)
 
-    async def step(
+    def step(
         self,
         kind: str,
         run: Callable[[], Awaitable[T]],
@@ -491,12 +491,13 @@ class Emitter:
         *,
         key: str = "",
         interrupted: Callable[[], T] | None = None,
-    ) -> T:
+    ) -> Awaitable[T]:
         """`run()` as a step of this scope's lane (a journaled run keeps its result; a resumed
         one gives it back without running it again). The step's key is `key`, else the
-        next `kind` of the lane ("turn 3")."""
+        next `kind` of the lane ("turn 3"). To be awaited at once: the awaitable of the
+        step itself, with no frame of its own in between."""
         steps = self.log.steps
         if steps is None:
-            return await run()
+            return run()
         full = lane_path(self.lane) + key if key else steps.key(self.lane, kind)
-        return await steps.run(full, run, encode, decode, interrupted=interrupted)
+        return steps.run(full, run, encode, decode, interrupted=interrupted)

@@ -228,17 +228,17 @@ async def stream_turn(
     return result
 
 
-async def turn_step(
+def turn_step(
     run: RunState,
     out: Emitter,
     request: ModelRequest,
     stream: Callable[[], Awaitable[TurnResult]],
-) -> TurnResult:
+) -> Awaitable[TurnResult]:
     """The model turn `stream()` makes with `request`, as a step of the run
     (service/core/run/journal.py): a journaled turn is given back, its call counted in the
-    run's usage, and not streamed again."""
+    run's usage, and not streamed again. To be awaited at once (it adds no frame)."""
     codec = _TurnCodec(run, request, out.log, run.context_summary)
-    return await out.step("turn", stream, codec.encode, codec.decode)
+    return out.step("turn", stream, codec.encode, codec.decode)
 
 
 class _TurnCodec:
