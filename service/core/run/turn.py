@@ -95,6 +95,40 @@ def _start_call(
     return call
 
 
+def _close_text(
+    emit: Callable[[events.Event], events.Event], kind: str, block_id: str, emit_content: bool
+) -> str:
+    """Close the open text block of `kind` ("reasoning", "content" or none) with id
+    `block_id`; the kind open then: none."""
+    if kind == "reasoning":
+        emit(events.reasoning_end(block_id))
+    elif kind == "content" and emit_content:
+        emit(events.content_end(block_id))
+    return ""
+
+
+def _restart(
+    restart: Restart,
+    emit: Callable[[events.Event], events.Event],
+    observer: ModelCallObserver,
+    calls: dict[int, ToolCall],
+    result: TurnResult,
+    reasoning: list[str],
+    content: list[str],
+) -> None:
+    """The call starts over elsewhere: its tool blocks are closed (its text block is
+    already), its output so far void."""
+    for call in calls.values():
+        emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
+    observer.restarted(restart)
+    reasoning.clear()
+    content.clear()
+    calls.clear()
+    result.signatures.clear()
+    result.finish_reason, result.usage = "", None
+    result.reasoning_id = result.content_id = ""
+
+
 async def stream_turn(
     run: RunState,
     out: Emitter,
@@ -126,28 +160,8 @@ async def stream_turn(
     open_id = ""
     calls: dict[int, ToolCall] = {}
     started = time.monotonic()
-
-    def close_text() -> None:
-        nonlocal open_kind
-        if open_kind == "reasoning":
-            emit(events.reasoning_end(open_id))
-        elif open_kind == "content" and emit_content:
-            emit(events.content_end(open_id))
-        open_kind = ""
-
-    def restart(restart: Restart) -> None:
-        """The call starts over elsewhere: its blocks are closed, its output so far void."""
-        close_text()
-        for call in calls.values():
-            emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
-        observer.restarted(restart)
-        reasoning.clear()
-        content.clear()
-        calls.clear()
-        result.signatures.clear()
-        result.finish_reason, result.usage = "", None
-        result.reasoning_id = result.content_id = ""
-
+    # (No closures here: their cells and functions would be held for as long as the turn
+    # streams.)
     observer = ModelCallObserver(run, out, request)
     error: BaseException | None = None
     try:
@@ -156,7 +170,8 @@ async def stream_turn(
         async with stream as deltas:
             async for delta in deltas:
                 if delta.restart is not None:
-                    restart(delta.restart)
+                    open_kind = _close_text(emit, open_kind, open_id, emit_content)
+                    _restart(delta.restart, emit, observer, calls, result, reasoning, content)
                     continue
                 if result.first_delta_ms is None:
                     result.first_delta_ms = (time.monotonic() - started) * 1000
@@ -164,7 +179,7 @@ async def stream_turn(
                     reasoning.append(delta.reasoning)
                 elif delta.reasoning:
                     if open_kind != "reasoning":
-                        close_text()
+                        _close_text(emit, open_kind, open_id, emit_content)
                         open_kind, open_id = "reasoning", ids.next_reasoning()
                         result.reasoning_id = result.reasoning_id or open_id
                         emit(events.reasoning_start(open_id))
@@ -172,7 +187,7 @@ async def stream_turn(
                     emit(events.reasoning_delta(open_id, delta.reasoning))
                 if delta.content:
                     if open_kind != "content":
-                        close_text()
+                        _close_text(emit, open_kind, open_id, emit_content)
                         open_kind = "content"
                         if emit_content:  # hidden text gets no id
                             open_id = ids.next_content()
@@ -184,7 +199,7 @@ async def stream_turn(
                 for fragment in delta.tool_calls:
                     call = calls.get(fragment.index)
                     if call is None:
-                        close_text()
+                        open_kind = _close_text(emit, open_kind, open_id, emit_content)
                         call = calls[fragment.index] = _start_call(
                             emit, fragment.name or "", fragment.id or "", tools, tool_id
                         )
@@ -201,14 +216,14 @@ async def stream_turn(
                     result.usage = delta.usage
                 if delta.signatures:
                     result.signatures += delta.signatures
-        close_text()
+        _close_text(emit, open_kind, open_id, emit_content)
         for call in calls.values():  # parallel calls stay open until the turn's stream ends
             emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
     except BaseException as exc:
         error = exc
         raise
     finally:  # also on failure: a partial answer is kept in the chat's memory
-        result.tool_calls = [calls[i] for i in sorted(calls)]
+        result.tool_calls = [call for _, call in sorted(calls.items())]
         if emit_reasoning:
             result.reasoning = "".join(reasoning)
         else:
