@@ -44,6 +44,8 @@ class Ids:
     the highest n of each id prefix), so that a step run again opens new blocks.
     """
 
+    __slots__ = ("content", "reasoning", "run_id")
+
     def __init__(self, run_id: str, floors: Mapping[str, int] | None = None) -> None:
         self.run_id = run_id
         self.reasoning = floors.get(f"{run_id}_r_", 0) if floors else 0
