@@ -102,7 +102,8 @@ class EventLog(Sequence[Event]):
         self._packed = 0  # the events before this index may be held as bytes
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
-        self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
+        # Ids of blocks whose start a middleware dropped (made at the first).
+        self._dropped: dict[str, None] | None = None
         # Block id -> the index of its start event in the log, in opening order: the index,
         # not the event, so that a start held as its bytes (`_pack`) is not kept parsed too.
         self._open: dict[str, int] = {}
@@ -114,7 +115,7 @@ class EventLog(Sequence[Event]):
         # Journaled: each event goes to the journal, and readers see the durable ones only.
         self.journaling = journaling
         self._visible: int | None = len(self._events) if journaling is not None else None
-        self._published: list[Observer] = []  # told of each event once it is visible
+        self._published: list[Observer] | None = None  # told of each event once visible
         self._all_published = Flag()  # the terminal event is visible
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
@@ -167,6 +168,8 @@ class EventLog(Sequence[Event]):
         if self._visible is None:
             self._observers.append(observer)
         else:
+            if self._published is None:
+                self._published = []
             self._published.append(observer)
 
     def emit(self, event: Event) -> Event:
@@ -256,12 +259,14 @@ class EventLog(Sequence[Event]):
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
-            for event in self[self._visible : seq] if self._published else ():
-                for observer in self._published:
-                    observer(event)
+            published = self._published
+            if published:
+                for event in self[self._visible : seq]:
+                    for observer in published:
+                        observer(event)
             self._visible = seq
             if self._done and seq == len(self._events):
-                self._published = []  # the terminal is out: let go of them too
+                self._published = None  # the terminal is out: let go of them too
                 self._all_published.set()
             if self._waiters:
                 self._wake()
@@ -304,6 +309,8 @@ class EventLog(Sequence[Event]):
                     event = original
                     break
                 if field in BLOCKS:
+                    if self._dropped is None:
+                        self._dropped = {}
                     self._dropped[getattr(getattr(event, field), BLOCKS[field][1])] = None
                 return None
             event = changed
