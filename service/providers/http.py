@@ -390,6 +390,9 @@ class StreamingClient:
                     yield delta
                 if parser.error is not None:  # after the events completed before the breach
                     raise self._limit_error(parser.error)
+                # Nothing read is held while the next read waits (the stream may be silent
+                # for long): not the chunk, not its last event's text, not its delta.
+                chunk, data, delta = b"", "", None
                 try:
                     reading()
                     chunk = await body.readany()
