@@ -34,7 +34,7 @@ async def execute(ctx: RunContext, mode: Mode) -> None:
     """Run `mode` in the run's span and record the run's metrics (a run that goes on after a
     resumption or parking is not started again; one stopped to go on later has not ended)."""
     run = ctx.run
-    labels = {"agw.agent": ctx.agent.key, "agw.mode": ctx.agent.mode}
+    labels = observation.run_labels(ctx.agent.key, ctx.agent.mode)
     if run.log.replay is None:
         observation.runs_started.add(1, labels)
     with _span(ctx, labels):
