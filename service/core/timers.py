@@ -24,7 +24,6 @@ import asyncio
 import contextvars
 import heapq
 import math
-import weakref
 from collections.abc import Callable
 from types import TracebackType
 
@@ -145,9 +144,9 @@ class SharedTimer:
             self._arm(heap[0].when)
 
 
-_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedTimer] = (
-    weakref.WeakKeyDictionary()
-)
+# Each loop's shared timer. (Not weakly keyed: a timer refers to its loop. The timers of
+# closed loops are dropped when the next one is made.)
+_timers: dict[asyncio.AbstractEventLoop, SharedTimer] = {}
 
 
 def shared_timer() -> SharedTimer:
@@ -155,6 +154,8 @@ def shared_timer() -> SharedTimer:
     loop = asyncio.get_running_loop()
     timer = _timers.get(loop)
     if timer is None:
+        for closed in [other for other in _timers if other.is_closed()]:
+            del _timers[closed]
         timer = _timers[loop] = SharedTimer(loop)
     return timer
 

@@ -181,3 +181,20 @@ async def test_a_cancel_from_outside_with_the_deadline_stays_a_cancel() -> None:
         await asyncio.create_task(guarded(False))
     with pytest.raises(asyncio.CancelledError):
         await asyncio.create_task(guarded(True))
+
+
+def test_each_loop_has_its_own_timer_and_closed_loops_are_let_go() -> None:
+    async def timer_of_this_loop() -> SharedTimer:
+        return shared_timer()
+
+    first_loop = asyncio.new_event_loop()
+    first = first_loop.run_until_complete(timer_of_this_loop())
+    assert first_loop.run_until_complete(timer_of_this_loop()) is first
+    first_loop.close()
+    second_loop = asyncio.new_event_loop()
+    try:
+        second = second_loop.run_until_complete(timer_of_this_loop())
+    finally:
+        second_loop.close()
+    assert second is not first
+    assert first_loop not in timers._timers  # dropped when the next loop's was made
