@@ -147,8 +147,11 @@ class RunLifecycle:
     _park_at_once: set[str] = field(default_factory=set)
     _wake_pending: set[str] = field(default_factory=set)
     _waking: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _on_unwatched: Callable[[EventLog], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # The runs' hook for their last reader leaving, bound once for all of them.
+        self._on_unwatched = self._unwatched
         if self.journal is not None:
             self._journaling = Journaling(self.journal)
             if self.options.park_after_s > 0:
@@ -389,9 +392,9 @@ class RunLifecycle:
             models=models,
         )
         if not command.background:  # a background run (Start) is not abandoned unfollowed
-            run.log.on_unwatched = lambda _log: self._arm_unwatched_timer(run)
+            run.log.on_unwatched = self._on_unwatched
         run.task = asyncio.create_task(execute(context, mode), name=f"run-{run.run_id}")
-        run.task.add_done_callback(lambda _: self._ended(run, recorder, agent.mode))
+        run.task.add_done_callback(_TaskEnd(self, run, recorder, agent.mode))
 
     @staticmethod
     def _floors(run: RunState) -> dict[str, int]:
@@ -415,6 +418,12 @@ class RunLifecycle:
         data = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         assert self._journaling is not None
         self._journaling.submit(JournalEntry(run.run_id, "begin", run.chat_id, data.encode()))
+
+    def _unwatched(self, log: EventLog) -> None:
+        """The last reader of a run's log left (its `on_unwatched`)."""
+        run = log.subject
+        if isinstance(run, RunState):
+            self._arm_unwatched_timer(run)
 
     def _arm_unwatched_timer(self, run: RunState, *, waited: bool = False) -> None:
         """Cancel `run` once nobody has followed it for `unwatched_run_ttl_s`, unless it
@@ -844,6 +853,24 @@ def _after_first_step(callback: Callable[..., None], *args: Any) -> None:
     """
     loop = asyncio.get_running_loop()
     loop.call_soon(loop.call_soon, callback, *args)
+
+
+class _TaskEnd:
+    """What a run's task calls once done: the lifecycle's `_ended` for the run. An object
+    rather than a closure (its function, its cells), held for as long as the run runs."""
+
+    __slots__ = ("lifecycle", "mode", "recorder", "run")
+
+    def __init__(
+        self, lifecycle: RunLifecycle, run: RunState, recorder: ChatRecorder, mode: str
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.run = run
+        self.recorder = recorder
+        self.mode = mode
+
+    def __call__(self, _task: asyncio.Task[None]) -> None:
+        self.lifecycle._ended(self.run, self.recorder, self.mode)
 
 
 async def _until_ended(runs: list[RunState], timeout_s: float) -> None:

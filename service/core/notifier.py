@@ -128,9 +128,9 @@ class _Watch:
         self.notifier = notifier
         self.run = run
         self.state: str = "submitted"
-        # Frontend tool calls, whose end waits for the client (a dict as an ordered set: an
-        # empty one costs 64 bytes, an empty set 216, and every run has one).
-        self.frontend: dict[str, None] = {}
+        # Frontend tool calls, whose end waits for the client (a dict as an ordered set,
+        # made at the first: most runs have none, and an empty one costs 64 bytes).
+        self.frontend: dict[str, None] | None = None
 
     def __call__(self, event: Event) -> None:
         kind = event.WhichOneof("payload")
@@ -139,10 +139,12 @@ class _Watch:
         state: State
         if kind == "tool_start":
             if event.tool_start.tool_type not in _SERVICE_TOOL_TYPES:
+                if self.frontend is None:
+                    self.frontend = {}
                 self.frontend[event.tool_start.tool_id] = None
             return
         if kind == "tool_end":
-            if event.tool_end.tool_id not in self.frontend:
+            if self.frontend is None or event.tool_end.tool_id not in self.frontend:
                 return
             state = "input-required"
         elif kind in _ASKS:

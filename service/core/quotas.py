@@ -262,8 +262,7 @@ class Quotas:
     # -- what runs use (a middleware of every run) -------------------------------------
 
     def on_run_start(self, run: RunState) -> None:
-        self._spent[run.run_id] = {}
-        run.observe_turns(lambda request, result: self._turn(run, request, result))
+        run.observe_turns(_TurnsOf(self, run))  # (its rows are made at its first turn)
 
     def _turn(self, run: RunState, request: ModelRequest, result: TurnResult) -> None:
         owner, now = run.owner, self.clock()
@@ -320,3 +319,17 @@ class Quotas:
             return []
         await self.flush()
         return await self.ledger.read(tenant, first_day, last_day)
+
+
+class _TurnsOf:
+    """Sees the model turns of one run for the quotas (an object rather than a closure, its
+    function and cells, held for as long as the run runs)."""
+
+    __slots__ = ("quotas", "run")
+
+    def __init__(self, quotas: Quotas, run: RunState) -> None:
+        self.quotas = quotas
+        self.run = run
+
+    def __call__(self, request: ModelRequest, result: TurnResult) -> None:
+        self.quotas._turn(self.run, request, result)

@@ -54,8 +54,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -66,6 +67,7 @@ from yarl import URL
 from service.core.errors import ProviderError, ProviderStreamError, ProviderTimeout
 from service.core.masking import SecretMask, is_secret_header, is_sensitive
 from service.core.model import ModelDelta, ModelRequest
+from service.core.timers import Timer, shared_timer
 from service.providers import observer
 from service.providers.openai_wire import (
     ReasoningStyle,
@@ -228,23 +230,12 @@ class StreamingClient:
         """The JSON body sent upstream for `request`."""
         return self.wire.body(request)
 
-    @asynccontextmanager
-    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[ModelDelta]]:
-        """Open the call (retrying before the first byte); yield an iterator of deltas."""
-        url = self.wire.url(self.base_url, request)
-        try:
-            # The body is not held while the answer streams: only its bytes, while they are sent.
-            response, first = await self._open(url, self._encoded(url, request))  # holds a slot
-            deltas = self._deltas(response, first)
-            try:
-                yield deltas
-            finally:  # synchronous up to `aclose`, which does not suspend either
-                response.close()  # a body read to its end is back in the pool already
-                self._slots.release()
-                await deltas.aclose()
-        except ProviderError as exc:
-            self._scrub(exc)
-            raise
+    def stream(
+        self, request: ModelRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[ModelDelta]]:
+        """The call of `request`: entered, it is opened (retrying before the first byte) and
+        gives an iterator of deltas; left, it is closed."""
+        return _Call(self, request)
 
     def _encoded(self, url: str, request: ModelRequest) -> bytes:
         """The bytes of `request`'s body (which the interaction observer sees first)."""
@@ -399,6 +390,9 @@ class StreamingClient:
                     yield delta
                 if parser.error is not None:  # after the events completed before the breach
                     raise self._limit_error(parser.error)
+                # Nothing read is held while the next read waits (the stream may be silent
+                # for long): not the chunk, not its last event's text, not its delta.
+                chunk, data, delta = b"", "", None
                 try:
                     reading()
                     chunk = await body.readany()
@@ -471,6 +465,59 @@ class StreamingClient:
         return ProviderError(self.key, detail)
 
 
+class _Call(AbstractAsyncContextManager[AsyncIterator[ModelDelta]]):
+    """One call of a `StreamingClient` (its `stream`): a slotted object rather than a
+    generator-based context manager, whose generator, its frame and its registration with
+    the loop would be held for as long as the answer streams. Every `ProviderError` it
+    lets through, raised opening the call or reading its deltas, is scrubbed of the
+    client's secrets."""
+
+    __slots__ = ("_client", "_deltas", "_request", "_response")
+
+    def __init__(self, client: StreamingClient, request: ModelRequest) -> None:
+        self._client = client
+        self._request: ModelRequest | None = request
+        self._response: aiohttp.ClientResponse | None = None
+        self._deltas: AsyncGenerator[ModelDelta, None] | None = None
+
+    async def __aenter__(self) -> AsyncIterator[ModelDelta]:
+        client, request = self._client, self._request
+        assert request is not None, "a call is entered once"
+        self._request = None  # the request is not held while the answer streams
+        url = client.wire.url(client.base_url, request)
+        try:
+            # Nor is its body: only its bytes, while they are sent.
+            body = client._encoded(url, request)
+            del request
+            response, first = await client._open(url, body)  # holds a slot
+        except ProviderError as exc:
+            client._scrub(exc)
+            raise
+        self._response = response
+        deltas = self._deltas = client._deltas(response, first)
+        return deltas
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        client, response, deltas = self._client, self._response, self._deltas
+        self._response = self._deltas = None
+        try:
+            if response is not None and deltas is not None:
+                # synchronous up to `aclose`, which does not suspend either
+                response.close()  # a body read to its end is back in the pool already
+                client._slots.release()
+                await deltas.aclose()
+        except ProviderError as error:
+            client._scrub(error)
+            raise
+        if isinstance(exc, ProviderError):
+            client._scrub(exc)
+
+
 class _ReadWatch:
     """The read time-out of one response body: one timer per stream, not one per read.
 
@@ -487,7 +534,8 @@ class _ReadWatch:
     counted against the provider.
 
     aiohttp's own timer keeps bounding the wait for the response head and its
-    first bytes; it is switched off for the rest of the body here.
+    first bytes; it is switched off for the rest of the body here. The timer is a
+    deadline on the loop's shared timer (service/core/timers.py).
     """
 
     __slots__ = ("_body", "_handle", "_loop", "_timeout", "received", "since")
@@ -496,7 +544,7 @@ class _ReadWatch:
         self._body = response.content
         self._loop = asyncio.get_running_loop()
         self._timeout = timeout
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Timer | None = None
         self.since = 0.0  # when the latest read started waiting
         self.received = 0  # the body's byte count then
         connection = response.connection  # None once the whole body was received
@@ -509,7 +557,7 @@ class _ReadWatch:
         self.since = now = self._loop.time()
         self.received = self._body.total_bytes
         if self._handle is None and self._timeout:
-            self._handle = self._loop.call_at(now + self._timeout, self._check)
+            self._handle = shared_timer().call_at(now + self._timeout, self._check)
 
     def _check(self) -> None:
         self._handle = None
@@ -517,7 +565,7 @@ class _ReadWatch:
             return  # the read was answered (its task may not have run yet): the next one re-arms
         due = self.since + self._timeout
         if self._loop.time() < due:  # a later read is waiting: check at its deadline
-            self._handle = self._loop.call_at(due, self._check)
+            self._handle = shared_timer().call_at(due, self._check)
             return
         self._body.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
 

@@ -143,6 +143,7 @@ class OpenAIWire:
     def __init__(self, reasoning_style: ReasoningStyle, extra_body: Mapping[str, Any]) -> None:
         self.reasoning_style = reasoning_style
         self.extra_body = extra_body
+        self._decoder: functools.partial[ModelDelta | None] | None = None
 
     def url(self, base_url: str, request: ModelRequest) -> str:
         return base_url + "/chat/completions"
@@ -156,7 +157,11 @@ class OpenAIWire:
     def decoder(
         self, provider: str, scrub: Callable[[str], str]
     ) -> Callable[[str], ModelDelta | None]:
-        return functools.partial(parse_chunk, provider, scrub=scrub)
+        """Its chunks need no state of their stream: one decoder serves all of them."""
+        made = self._decoder
+        if made is None or made.args != (provider,) or made.keywords["scrub"] is not scrub:
+            made = self._decoder = functools.partial(parse_chunk, provider, scrub=scrub)
+        return made
 
 
 def encode_body(body: dict[str, Any]) -> bytes:

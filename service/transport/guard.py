@@ -43,28 +43,28 @@ SERVICE_PREFIX = "/agw.v1.AgentGateway/"
 #: The metadata key in which the HTTP adapter passes its client's address.
 FORWARDED_FOR = "x-forwarded-for"
 
-_principal: contextvars.ContextVar[Principal] = contextvars.ContextVar(
-    "agw_principal", default=ANONYMOUS
-)
 
+class _Call:
+    """The call being handled: its caller (anonymous until authenticated) and the number
+    of messages it has sent so far. One context variable for both: each one set is a
+    node of the call's context, kept for as long as the call (and its run) lasts."""
 
-class _Sent:
-    """The number of messages a call has sent so far."""
-
-    __slots__ = ("count",)
+    __slots__ = ("count", "principal")
 
     def __init__(self) -> None:
+        self.principal = ANONYMOUS
         self.count = 0
 
 
-# The call's counter: the response serializer runs in the call's own task (inside
+# The call's own: the response serializer runs in the call's own task (inside
 # `context.write` for streams), so it finds the counter its call set.
-_sent: contextvars.ContextVar[_Sent | None] = contextvars.ContextVar("agw_sent", default=None)
+_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("agw_call", default=None)
 
 
 def principal() -> Principal:
     """The principal of the call being handled."""
-    return _principal.get()
+    call = _call.get()
+    return call.principal if call is not None else ANONYMOUS
 
 
 class Undecodable:
@@ -99,9 +99,9 @@ def _counting(serializer: Callable[..., bytes] | None) -> Callable[[Any], bytes]
     protobuf = getattr(serializer, "__name__", "") == "SerializeToString"
 
     def encode(message: Any) -> bytes:
-        sent = _sent.get()
-        if sent is not None:
-            sent.count += 1
+        call = _call.get()
+        if call is not None:
+            call.count += 1
         return serializer(message, deterministic=True) if protobuf else serializer(message)
 
     return encode
@@ -204,8 +204,8 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
             """Refuse an undecodable or unauthenticated call, else let the handler serve it;
             log the call as it ends. One coroutine: an open stream's frames are its memory."""
             started = time.perf_counter()
-            sent = _Sent()
-            _sent.set(sent)
+            call = _Call()
+            _call.set(call)
             code = grpc.StatusCode.UNKNOWN  # an exception other than an abort
             try:
                 try:
@@ -217,7 +217,7 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
                     await abort(context, error)
                     result = None
                 else:
-                    _principal.set(who)
+                    call.principal = who
                     result = await behavior(request, context)
                 code = _final_code(context)
                 return result
@@ -228,7 +228,7 @@ class GatewayGuard(grpc.aio.ServerInterceptor):
                 code = _final_code(context)
                 raise
             finally:
-                _log_call(name, context, code, started, sent.count if stream else None)
+                _log_call(name, context, code, started, call.count if stream else None)
 
         return guarded
 

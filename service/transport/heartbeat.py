@@ -16,6 +16,7 @@ heartbeat is being sent.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from typing import Any, TypeAlias
 
@@ -24,6 +25,7 @@ from agw.v1 import events_pb2 as pb
 
 from service.core.errors import RunHandedOver
 from service.core.events import TERMINALS
+from service.core.timers import Timer, shared_timer
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
@@ -42,9 +44,10 @@ def heartbeat(run_id: str, chat_id: str) -> pb.Event:
 class StreamWriter:
     """Writes a run's events to one gRPC stream, and heartbeats when it falls silent.
 
-    The heartbeat is a timer, not a task: `start` arms it, and when it fires after
-    `interval_s` of silence it sends one heartbeat (in a short task) and re-arms, so a
-    stream that never falls silent costs no task and no wake-up at its end. On the
+    The heartbeat is a deadline on the loop's shared timer (service/core/timers.py), not
+    a task: `start` arms it, and when it fires after `interval_s` of silence it sends one
+    heartbeat (in a short task, in the call's context) and re-arms, so a stream that never
+    falls silent costs no task and no wake-up at its end. On the
     per-event path a write takes no lock: `_writing` tells the timer a write is in
     flight (the stream is not silent), and only a write arriving while a heartbeat is
     being sent waits for it (`_beating`), so that two writes never overlap.
@@ -54,6 +57,7 @@ class StreamWriter:
         "_beat",
         "_beat_sending",
         "_beating",
+        "_context",
         "_last",
         "_loop",
         "_stopped",
@@ -86,19 +90,22 @@ class StreamWriter:
         self.ending = False  # the server stops: the stream ends after the write under way
         self.ended = False  # the run's terminal event was written: the stream ends as usual
         self.heartbeats = 0
-        self._beating = asyncio.Lock()  # held while a heartbeat is being sent
+        # Held while a heartbeat is being sent; made when the first one is.
+        self._beating: asyncio.Lock | None = None
         self._beat_sending = False  # whether it is held (an attribute read, not a call)
         self._writing = False  # an event's write is in flight
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._beat: asyncio.Task[None] | None = None
+        self._context: contextvars.Context | None = None  # the call's, for the heartbeats
         self._stopped = False
 
     async def write(self, event: pb.Event) -> None:
         """Send `event` (after a heartbeat being sent, if one is)."""
-        if self._beat_sending:  # a heartbeat is being sent: wait for it to end; no
-            # other one can start before this write does (nothing suspends in between)
+        if self._beat_sending and self._beating is not None:  # a heartbeat is being sent:
+            # wait for it to end; no other one can start before this write does (nothing
+            # suspends in between)
             async with self._beating:
                 pass
         if self.ending:
@@ -135,6 +142,9 @@ class StreamWriter:
     def start(self) -> None:
         """Send a heartbeat after each `interval_s` of silence (0: never), until `stop`."""
         if self.interval_s > 0:
+            # Heartbeats are written in the call's context, as its events are (what its
+            # response serializer counts is found there), not in the shared timer's.
+            self._context = contextvars.copy_context()
             self._arm(self.interval_s)
 
     async def stop(self) -> None:
@@ -149,7 +159,7 @@ class StreamWriter:
             await asyncio.wait({beat})
 
     def _arm(self, delay: float) -> None:
-        self._timer = self._loop.call_later(delay, self._due)
+        self._timer = shared_timer().call_later(delay, self._due)
 
     def _due(self) -> None:
         self._timer = None
@@ -162,11 +172,13 @@ class StreamWriter:
         elif wait > 0:
             self._arm(wait)
         else:
-            self._beat = self._loop.create_task(self._send_heartbeat())
+            self._beat = self._loop.create_task(self._send_heartbeat(), context=self._context)
 
     async def _send_heartbeat(self) -> None:
         """One heartbeat, then the timer again — unless the stream failed (the client
         went away: nothing more to keep alive; the relay sees the failure too)."""
+        if self._beating is None:
+            self._beating = asyncio.Lock()
         try:
             async with self._beating:
                 self._beat_sending = True

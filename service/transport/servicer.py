@@ -9,7 +9,6 @@ each `heartbeat_s` of silence (0: never; see service/transport/heartbeat.py).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
@@ -106,8 +105,10 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:  # type: ignore[override]
         with rpc_span("Query", context):
             try:
-                webhooks = [codec.webhook_of(w) for w in request.webhooks]
-                run = await self.front.query(codec.query_command(request, principal()), webhooks)
+                run = await self.front.query(
+                    codec.query_command(request, principal()),
+                    [codec.webhook_of(w) for w in request.webhooks],
+                )
             except AgwError as error:
                 await abort(context, error)
                 return
@@ -115,7 +116,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
                 writer = StreamWriter(
                     context, self.heartbeat_s, run_id=run.run_id, chat_id=run.chat_id
                 )
-                await self._write_all(functools.partial(run.relay, 0), writer, "Query")
+                await self._write_all(writer, "Query", run.relay, 0)
             except AgwError as error:  # the run was handed over: the client re-attaches
                 await abort(context, error)
             finally:
@@ -148,14 +149,20 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
             # the run is executed here may change while the stream is open (it is taken over
             # here, or handed over), so every Attach stream is one.
             try:
-                await self._write_all(_relay_of(events), writer, "Attach", followed=True)
+                await self._write_all(writer, "Attach", _relay_of(events), followed=True)
             except AgwError as error:  # the run was handed over: the client re-attaches
                 await abort(context, error)
 
     async def _write_all(
-        self, relay: Relay, writer: StreamWriter, method: str, *, followed: bool = False
+        self,
+        writer: StreamWriter,
+        method: str,
+        relay: Callable[..., Awaitable[None]],
+        *args: Any,
+        followed: bool = False,
     ) -> None:
-        """Write each event `relay` hands on as one message (with heartbeats on silences).
+        """Write each event `relay(*args, send)` hands on as one message (with heartbeats
+        on silences).
 
         `followed`: a stream (Attach) of a run this process may not execute, which ends with
         `RunHandedOver` when the server stops (`end_streams`)."""
@@ -169,7 +176,7 @@ class AgentGatewayServicer(gateway_pb2_grpc.AgentGatewayServicer):
         context = writer.context
         writer.start()
         try:
-            await relay(writer.write)
+            await relay(*args, writer.write)
         except asyncio.CancelledError:
             if task is not None and task in self._ending and task.uncancel() == 0:
                 if writer.ended:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
 from service.providers.loopback import LoopbackProvider
 from tests.core.tools.kit import answer_turn, assert_invariants, call_turn, kinds, tool_gateway
+from tests.transport.test_logging import calls, until_logged
 from tests.transport.test_orchestration import recorded
 from tests.transport.test_submit_cancel import AGENTS, submit
 
@@ -83,3 +86,22 @@ async def test_heartbeats_can_be_switched_off(tmp_path: Path, provider: Loopback
         assert (await submit(gateway, events[0].run_id, tool_id, "a")).accepted
         events += [e async for e in call]
     assert kinds(events) == [*HEAD, *PICK, *AFTER, "run.complete"]
+
+
+async def test_heartbeats_count_among_the_events_a_call_logs(
+    tmp_path: Path, provider: LoopbackProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A heartbeat is sent by the shared timer's task, in the call's own context: the call's
+    log line counts it, as every message the call sent."""
+    caplog.set_level(logging.INFO, logger="agw")
+    provider.enqueue(call_turn(("call_f", "pick", '{"options":["a"]}')), answer_turn("a"))
+    async with tool_gateway(tmp_path, provider, AGENTS, grpc_heartbeat_s=BEAT_S) as gateway:
+        call = gateway.stub.Query(gw.QueryRequest(agent_key="ui", message="Choose"))
+        events: list[pb.Event] = []
+        await read_until(call, events, lambda seen: len(beats(seen)) >= 2)
+        tool_id = next(e.tool_end.tool_id for e in events if e.type == "tool.end")
+        assert (await submit(gateway, events[0].run_id, tool_id, "a")).accepted
+        events += [e async for e in call]
+        await until_logged(caplog, 2)  # Submit's line, then Query's
+    (line,) = [r for r in calls(caplog) if r.method == "Query"]
+    assert line.events == len(events) and len(beats(events)) >= 2

@@ -146,21 +146,24 @@ class ChatRecorder:
         self._system: str | None = None
         self._stage = ""
         self._user_written = False
-        self._waiting: dict[str, Step] = {}  # per plan task ("": the run), its open step
+        # Per plan task ("": the run), its step waiting for its calls' results. This and
+        # the other dicts below but one are made when first written to: every run has
+        # them, many stay empty, and each costs 64 bytes even then.
+        self._waiting: dict[str, Step] | None = None
         self._held: Step | None = None
         self._slice_start = 0  # index in run.log where the next step's events begin
         self._position = 0  # position in the run's history of the next history event
-        self._positions: dict[str, int] = {}  # event_key -> position, of message-derived events
+        self._positions: dict[str, int] | None = None  # event_key -> position (message-derived)
         self._positional = False  # steps carry positions (tasks' events interleave)
-        # Sets kept as dict keys: every run has these, most stay empty, and an empty dict
-        # costs 64 bytes where an empty set costs 216.
-        self._actions: dict[str, None] = {}
+        # Sets kept as dict keys (an empty set costs 216 bytes).
+        self._actions: dict[str, None] | None = None
         self._shown_content: dict[str, None] = {}
-        self._tool_info: dict[str, Record] = {}
+        self._tool_info: dict[str, Record] | None = None
         self._plan: Record | None = None
         self._written_plan: Record | None = None
         # Writes are short-lived tasks: their appends happen in creation order, since the
-        # store's per-chat lock is FIFO and they take it before their first await.
+        # store's per-chat lock is FIFO and they take it before their first await. (A new
+        # dict once they are all done: an emptied one keeps its table.)
         self._writes: dict[asyncio.Task[None], None] = {}
         self._closing: asyncio.Task[None] | None = None
         self._ended = Flag()
@@ -249,7 +252,7 @@ class ChatRecorder:
     def _on_turn(self, request: ModelRequest, result: TurnResult) -> None:
         if result.parent_tool_id:  # a nested run's turn: its events are kept, not its messages
             return
-        previous = self._waiting.pop(result.task_id, None)
+        previous = self._waiting.pop(result.task_id, None) if self._waiting else None
         if previous is not None:  # a new turn began before all results came in
             self._complete(previous)
         system = ""
@@ -269,6 +272,8 @@ class ChatRecorder:
         record["messages"] = self._turn_messages(result)
         step = Step(record, {c.id for c in result.tool_calls})
         if step.waiting:
+            if self._waiting is None:
+                self._waiting = {}
             self._waiting[result.task_id] = step
         else:
             self._complete(step)
@@ -301,7 +306,7 @@ class ChatRecorder:
                 }
             )
         for call in result.tool_calls:
-            kind = "_actionId" if call.id in self._actions else "_toolId"
+            kind = "_actionId" if self._actions and call.id in self._actions else "_toolId"
             message: Record = {
                 "role": "assistant",
                 "tool_calls": [
@@ -315,7 +320,8 @@ class ChatRecorder:
                 kind: call.id,
                 **meta,
             }
-            message.update(self._tool_info.get(call.id, {}))
+            if self._tool_info:
+                message.update(self._tool_info.get(call.id, {}))
             messages.append(message)
         assistant = [m for m in messages if m["role"] == "assistant"]
         answer = [m for m in assistant if "reasoning_content" not in m]
@@ -349,6 +355,8 @@ class ChatRecorder:
         if field_name == "content_start":
             self._shown_content[event.content_start.content_id] = None
         elif field_name == "action_start":
+            if self._actions is None:
+                self._actions = {}
             self._actions[event.action_start.action_id] = None
         elif field_name == "tool_start":
             start = event.tool_start
@@ -357,6 +365,8 @@ class ChatRecorder:
                 info["_toolType"] = start.tool_type
             if start.description:
                 info["_description"] = start.description
+            if self._tool_info is None:
+                self._tool_info = {}
             self._tool_info[start.tool_id] = info
         elif field_name in ("tool_result", "action_result"):
             self._add_result(event, field_name)
@@ -371,10 +381,13 @@ class ChatRecorder:
             tool_id, result = event.tool_result.tool_id, event.tool_result.result
         else:
             tool_id, result = event.action_result.action_id, event.action_result.result
-        owner = next((k for k, s in self._waiting.items() if tool_id in s.waiting), None)
+        waiting = self._waiting
+        if not waiting:
+            return
+        owner = next((k for k, s in waiting.items() if tool_id in s.waiting), None)
         if owner is None:
             return
-        step = self._waiting[owner]
+        step = waiting[owner]
         value: Any = events.from_value(result)
         is_json = not isinstance(value, str)
         calls = {
@@ -405,7 +418,7 @@ class ChatRecorder:
         step.record["messages"].append(message)
         step.waiting.discard(tool_id)
         if not step.waiting:
-            del self._waiting[owner]
+            del waiting[owner]
             self._complete(step)
 
     # Steps -------------------------------------------------------------------------
@@ -432,6 +445,8 @@ class ChatRecorder:
         for event in history:
             position, self._position = self._position, self._position + 1
             if event.WhichOneof("payload") in FROM_MESSAGES and not event.parent_tool_id:
+                if self._positions is None:
+                    self._positions = {}
                 self._positions[event_key(event)] = position
                 step.derived += 1
             else:
@@ -443,7 +458,8 @@ class ChatRecorder:
         step.record["updatedAt"] = now_ms()
         if self._positional:  # positions in the run's history (see the module docstring)
             derived = [e for m in step.record["messages"] for e in message_events(m)]
-            step.record["_order"] = [self._positions.get(event_key(e), -1) for e in derived]
+            positions = self._positions or {}
+            step.record["_order"] = [positions.get(event_key(e), -1) for e in derived]
             kept = [{"_pos": position, **event} for position, _, event in step.kept]
         else:
             kept = [{"_at": at, **event} for _, at, event in step.kept]
@@ -457,9 +473,9 @@ class ChatRecorder:
         self._send([step.record])
 
     def _finish(self, terminal: Event) -> None:
-        for waiting in list(self._waiting.values()):
+        for waiting in list(self._waiting.values()) if self._waiting else ():
             self._complete(waiting)  # calls left without a result
-        self._waiting.clear()
+        self._waiting = None
         step = self._held
         if step is None:  # the run ended before any model turn: keep its user message
             step = Step(
@@ -501,6 +517,8 @@ class ChatRecorder:
 
     def _written(self, task: asyncio.Task[None]) -> None:
         self._writes.pop(task, None)
+        if not self._writes:
+            self._writes = {}
 
     def _new(self) -> bool:
         """Whether the step record about to be sent is new: not one written before the run

@@ -120,11 +120,14 @@ class EventLog(Sequence[Event]):
         self._packed = 0  # the events before this index may be held as bytes
         self._observers: list[Observer] = []
         self._on_event = hooks(middlewares, "on_event")
-        self._dropped: dict[str, None] = {}  # ids of blocks whose start a middleware dropped
-        self._open: dict[str, Event] = {}  # block id -> its start event, in opening order
+        # Ids of blocks whose start a middleware dropped (made at the first).
+        self._dropped: dict[str, None] | None = None
+        # Block id -> the index of its start event in the log, in opening order: the index,
+        # not the event, so that a start held as its bytes (`_pack`) is not kept parsed too.
+        self._open: dict[str, int] = {}
+        for index, event in enumerate(journaled):
+            self._track(event, event.WhichOneof("payload") or "", index)
         self._opening: list[Event] | None = None  # held: the first events, to emit first
-        for event in journaled:
-            self._track(event, event.WhichOneof("payload") or "")
         self._waiters: list[asyncio.Future[None]] = []
         self._handing: asyncio.Future[None] | None = None  # `hand_on` waits for the readers
         self._finished = Flag()
@@ -132,7 +135,7 @@ class EventLog(Sequence[Event]):
         # Journaled: each event goes to the journal, and readers see the durable ones only.
         self.journaling = journaling
         self._visible: int | None = len(self._events) if journaling is not None else None
-        self._published: list[Observer] = []  # told of each event once it is visible
+        self._published: list[Observer] | None = None  # told of each event once visible
         self._all_published = Flag()  # the terminal event is visible
         self.replay: Replay | None = None  # while a resumed run's mode runs again
         self.handed_over = False  # its process stopped it without an end: it goes on elsewhere
@@ -185,6 +188,8 @@ class EventLog(Sequence[Event]):
         if self.journaling is None:  # (also while held: `hold`)
             self._observers.append(observer)
         else:
+            if self._published is None:
+                self._published = []
             self._published.append(observer)
 
     def emit(self, event: Event) -> Event:
@@ -213,7 +218,7 @@ class EventLog(Sequence[Event]):
             return event  # the run resumed: its log has this event already
         log = self._events
         event.seq = len(log) + 1
-        self._track(event, field)
+        self._track(event, field, len(log))
         log.append(event)
         for observer in self._observers:
             observer(event)
@@ -232,21 +237,21 @@ class EventLog(Sequence[Event]):
             self._wake()
         return event
 
-    def _track(self, event: Event, field: str) -> None:
-        """Keep the open blocks current with `event`."""
+    def _track(self, event: Event, field: str, index: int) -> None:
+        """Keep the open blocks current with `event`, the log's entry at `index`."""
         role = _BLOCK_ROLES.get(field)
         if role is not None:
             opens, id_field = role
             block_id = getattr(getattr(event, field), id_field)
             if opens:
-                self._open[block_id] = event
+                self._open[block_id] = index
             else:
                 self._open.pop(block_id, None)
 
     def keep(self, event: Event) -> None:
         """Append `event` as it was (seq and time), without telling anyone: to rebuild, one
         event after the other, what a resumed run's recorder saw."""
-        self._track(event, event.WhichOneof("payload") or "")
+        self._track(event, event.WhichOneof("payload") or "", len(self._events))
         self._events.append(event)
         self._raw = None
 
@@ -357,12 +362,14 @@ class EventLog(Sequence[Event]):
     def publish(self, seq: int) -> None:
         """The events up to `seq` are durable: show them to the readers."""
         if self._visible is not None and seq > self._visible:
-            for event in self[self._visible : seq] if self._published else ():
-                for observer in self._published:
-                    observer(event)
+            published = self._published
+            if published:
+                for event in self[self._visible : seq]:
+                    for observer in published:
+                        observer(event)
             self._visible = seq
             if self._done and seq == len(self._events):
-                self._published = []  # the terminal is out: let go of them too
+                self._published = None  # the terminal is out: let go of them too
                 self._all_published.set()
             if self._waiters:
                 self._wake()
@@ -382,7 +389,8 @@ class EventLog(Sequence[Event]):
     @property
     def open_blocks(self) -> list[Event]:
         """The start events of the blocks open now, in opening order."""
-        return list(self._open.values())
+        log = self._events
+        return [_parsed(log[index]) for index in self._open.values()]
 
     def _let_go(self) -> None:
         """Once the terminal event is out, nothing more is emitted: drop what refers back to
@@ -404,6 +412,8 @@ class EventLog(Sequence[Event]):
                     event = original
                     break
                 if field in BLOCKS:
+                    if self._dropped is None:
+                        self._dropped = {}
                     self._dropped[getattr(getattr(event, field), BLOCKS[field][1])] = None
                 return None
             event = changed
@@ -423,7 +433,7 @@ class EventLog(Sequence[Event]):
 
     def finish(self, terminal: Event) -> Event:
         """Close every open block (innermost first), then append the terminal event."""
-        for start in reversed(list(self._open.values())):
+        for start in reversed(self.open_blocks):
             self.emit(events.end_of(start))
         return self.emit(terminal)
 
@@ -431,7 +441,7 @@ class EventLog(Sequence[Event]):
         """Close the blocks left open by the nested run under `parent_tool_id` (innermost first)."""
         if self.done:
             return
-        for start in reversed(list(self._open.values())):
+        for start in reversed(self.open_blocks):
             if start.parent_tool_id == parent_tool_id:
                 self.emit(events.end_of(start))
 
@@ -481,8 +491,9 @@ class EventLog(Sequence[Event]):
             while True:
                 while index < (len(log) if self._visible is None else self._visible):
                     index += 1
-                    event = log[index - 1]
-                    await send(event if not isinstance(event, bytes) else Event.FromString(event))
+                    # No local keeps the event: while the reader waits, the log holds it
+                    # as its bytes only (`_pack`).
+                    await send(_parsed(log[index - 1]))
                 if self._done and index >= len(log):
                     return
                 if self.handed_over and index >= len(log):
@@ -600,7 +611,7 @@ class Emitter:
         steps = self.log.steps
         return prefix + secrets.token_hex(4) if steps is None else steps.token(self.lane, prefix)
 
-    async def step(
+    def step(
         self,
         kind: str,
         run: Callable[[], Awaitable[T]],
@@ -609,12 +620,13 @@ class Emitter:
         *,
         key: str = "",
         interrupted: Callable[[], T] | None = None,
-    ) -> T:
+    ) -> Awaitable[T]:
         """`run()` as a step of this scope's lane (a journaled run keeps its result; a resumed
         one gives it back without running it again). The step's key is `key`, else the
-        next `kind` of the lane ("turn 3")."""
+        next `kind` of the lane ("turn 3"). To be awaited at once: the awaitable of the
+        step itself, with no frame of its own in between."""
         steps = self.log.steps
         if steps is None:
-            return await run()
+            return run()
         full = lane_path(self.lane) + key if key else steps.key(self.lane, kind)
-        return await steps.run(full, run, encode, decode, interrupted=interrupted)
+        return steps.run(full, run, encode, decode, interrupted=interrupted)

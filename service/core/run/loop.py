@@ -12,11 +12,11 @@ agent's verify policy says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from service.core.agents.definition import ResolvedStage
-from service.core.model import SIGNATURES, Reasoning, ToolChoice
+from service.core.model import SIGNATURES, ModelClient, ModelRequest, Reasoning, ToolChoice
 from service.core.run.context import Outcome, RunContext, RunStopped
 from service.core.run.executor import LOOP_STOPPED, ToolOutcome
 from service.core.run.passes import second_pass, summarize_reasoning
@@ -134,19 +134,7 @@ class Conversation:
         )
         request.messages = list(self.messages)
         turn = await turn_step(
-            ctx.run,
-            ctx.out,
-            request,
-            lambda: stream_turn(
-                ctx.run,
-                ctx.out,
-                ctx.ids,
-                client,
-                request,
-                emit_content=emit_content,
-                emit_reasoning=policies.stream_reasoning,
-                tools=self.tools.by_name,
-            ),
+            ctx.run, ctx.out, request, _Streamed(self, client, request, emit_content)
         )
         policies.record(turn)
         self.messages.append(assistant_message(turn))
@@ -165,6 +153,9 @@ class Conversation:
     def refuse(self, call: ToolCall, reason: str) -> ToolOutcome:
         return self.ctx.executor.refuse(call, reason)
 
+    def _refuse_all(self, calls: Sequence[ToolCall], reason: str) -> list[ToolOutcome]:
+        return [self.refuse(call, reason) for call in calls]
+
     def reply(self, call: ToolCall, result: Any, *, error: bool = False) -> ToolOutcome:
         """Answer a call the mode handles itself (a planning tool)."""
         return self.ctx.executor.report(ToolOutcome(call, result, error))
@@ -179,7 +170,7 @@ class Conversation:
         calls = turn.tool_calls
         run_now = calls[:1] if one_tool else calls
         outcomes = await self.execute(run_now)
-        outcomes += [self.refuse(call, ONE_TOOL_PER_ROUND) for call in calls[len(run_now) :]]
+        outcomes += self._refuse_all(calls[len(run_now) :], ONE_TOOL_PER_ROUND)
         self.record(outcomes)
 
     async def converge(
@@ -204,10 +195,10 @@ class Conversation:
             turn = await self.ask(tool_choice="none" if final else None, emit_content=not verify)
             if not turn.tool_calls:
                 break
-            if any(call.name in stop_at for call in turn.tool_calls):
+            if not stop_at.isdisjoint(call.name for call in turn.tool_calls):
                 return turn
             if final:
-                self.record([self.refuse(call, NO_MORE_TOOLS) for call in turn.tool_calls])
+                self.record(self._refuse_all(turn.tool_calls, NO_MORE_TOOLS))
                 break
             await self.round(turn, one_tool=one_tool)
             rounds += 1
@@ -215,6 +206,40 @@ class Conversation:
             turn = await second_pass(self.ctx, self.stage, self.messages)
             self.messages.append(assistant_message(turn))
         return turn
+
+
+class _Streamed:
+    """The model turn a conversation asks for, as its step runs it: `stream_turn` with what
+    it needs. An object rather than a closure, whose cells the asking frame would hold too
+    for as long as the turn streams."""
+
+    __slots__ = ("client", "conversation", "emit_content", "request")
+
+    def __init__(
+        self,
+        conversation: Conversation,
+        client: ModelClient,
+        request: ModelRequest,
+        emit_content: bool,
+    ) -> None:
+        self.conversation = conversation
+        self.client = client
+        self.request = request
+        self.emit_content = emit_content
+
+    def __call__(self) -> Awaitable[TurnResult]:
+        conversation = self.conversation
+        ctx = conversation.ctx
+        return stream_turn(
+            ctx.run,
+            ctx.out,
+            ctx.ids,
+            self.client,
+            self.request,
+            emit_content=self.emit_content,
+            emit_reasoning=ctx.policies.stream_reasoning,
+            tools=conversation.tools.by_name,
+        )
 
 
 async def finish(ctx: RunContext, stage: ResolvedStage, finish_reason: str) -> Outcome:

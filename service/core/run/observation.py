@@ -125,6 +125,44 @@ def _detail(error: BaseException) -> Any:
     return events.error_detail("INTERNAL", f"{type(error).__name__}: {error}")
 
 
+#: The metrics' attributes of runs (by agent and mode) and of model calls (by provider and
+#: model): one dict shared by their runs or calls (and never changed), rather than one
+#: held by each for as long as it lasts.
+_ATTRIBUTES: dict[tuple[str, str, str], dict[str, str]] = {}
+_MAX_ATTRIBUTES = 1024
+
+
+def _keep(key: tuple[str, str, str], attributes: dict[str, str]) -> dict[str, str]:
+    if len(_ATTRIBUTES) >= _MAX_ATTRIBUTES:
+        _ATTRIBUTES.clear()
+    _ATTRIBUTES[key] = attributes
+    return attributes
+
+
+def run_labels(agent_key: str, mode: str) -> dict[str, str]:
+    """The attributes of a run's metrics (shared: not to be changed)."""
+    key = ("run", agent_key, mode)
+    labels = _ATTRIBUTES.get(key)
+    if labels is None:
+        labels = _keep(key, {"agw.agent": agent_key, "agw.mode": mode})
+    return labels
+
+
+def _call_attributes(provider: str, model: str) -> dict[str, str]:
+    key = ("call", provider, model)
+    attributes = _ATTRIBUTES.get(key)
+    if attributes is None:
+        attributes = _keep(
+            key,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": model,
+            },
+        )
+    return attributes
+
+
 class ModelCallObserver:
     """Reports one model call; `opened` once its client was asked for the call, `end`
     once, also on failure.
@@ -167,11 +205,7 @@ class ModelCallObserver:
         self.cost = 0.0  # of the call, once it ended with a priced usage
         self.started = time.monotonic()
         self.attempt_started = self.started
-        self.attributes = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": request.provider,
-            "gen_ai.request.model": request.model,
-        }
+        self.attributes = _call_attributes(request.provider, request.model)
         self.span = (
             tracer.start_span(
                 f"chat {request.model}",

@@ -46,6 +46,8 @@ class Ids:
     the highest n of each id prefix), so that a step run again opens new blocks.
     """
 
+    __slots__ = ("content", "reasoning", "run_id")
+
     def __init__(self, run_id: str, floors: Mapping[str, int] | None = None) -> None:
         self.run_id = run_id
         self.reasoning = floors.get(f"{run_id}_r_", 0) if floors else 0
@@ -97,6 +99,40 @@ def _start_call(
     return call
 
 
+def _close_text(
+    emit: Callable[[events.Event], events.Event], kind: str, block_id: str, emit_content: bool
+) -> str:
+    """Close the open text block of `kind` ("reasoning", "content" or none) with id
+    `block_id`; the kind open then: none."""
+    if kind == "reasoning":
+        emit(events.reasoning_end(block_id))
+    elif kind == "content" and emit_content:
+        emit(events.content_end(block_id))
+    return ""
+
+
+def _restart(
+    restart: Restart,
+    emit: Callable[[events.Event], events.Event],
+    observer: ModelCallObserver,
+    calls: dict[int, ToolCall],
+    result: TurnResult,
+    reasoning: list[str],
+    content: list[str],
+) -> None:
+    """The call starts over elsewhere: its tool blocks are closed (its text block is
+    already), its output so far void."""
+    for call in calls.values():
+        emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
+    observer.restarted(restart)
+    reasoning.clear()
+    content.clear()
+    calls.clear()
+    result.signatures.clear()
+    result.finish_reason, result.usage = "", None
+    result.reasoning_id = result.content_id = ""
+
+
 async def stream_turn(
     run: RunState,
     out: Emitter,
@@ -128,28 +164,8 @@ async def stream_turn(
     open_id = ""
     calls: dict[int, ToolCall] = {}
     started = time.monotonic()
-
-    def close_text() -> None:
-        nonlocal open_kind
-        if open_kind == "reasoning":
-            emit(events.reasoning_end(open_id))
-        elif open_kind == "content" and emit_content:
-            emit(events.content_end(open_id))
-        open_kind = ""
-
-    def restart(restart: Restart) -> None:
-        """The call starts over elsewhere: its blocks are closed, its output so far void."""
-        close_text()
-        for call in calls.values():
-            emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
-        observer.restarted(restart)
-        reasoning.clear()
-        content.clear()
-        calls.clear()
-        result.signatures.clear()
-        result.finish_reason, result.usage = "", None
-        result.reasoning_id = result.content_id = ""
-
+    # (No closures here: their cells and functions would be held for as long as the turn
+    # streams.)
     observer = ModelCallObserver(run, out, request)
     error: BaseException | None = None
     log = out.log
@@ -162,7 +178,8 @@ async def stream_turn(
             shown = -1 if out.task_id or out.parent_tool_id else len(log)
             async for delta in deltas:
                 if delta.restart is not None:
-                    restart(delta.restart)
+                    open_kind = _close_text(emit, open_kind, open_id, emit_content)
+                    _restart(delta.restart, emit, observer, calls, result, reasoning, content)
                     continue
                 if result.first_delta_ms is None:
                     result.first_delta_ms = (time.monotonic() - started) * 1000
@@ -170,7 +187,7 @@ async def stream_turn(
                     reasoning.append(delta.reasoning)
                 elif delta.reasoning:
                     if open_kind != "reasoning":
-                        close_text()
+                        _close_text(emit, open_kind, open_id, emit_content)
                         open_kind, open_id = "reasoning", ids.next_reasoning()
                         result.reasoning_id = result.reasoning_id or open_id
                         emit(events.reasoning_start(open_id))
@@ -178,7 +195,7 @@ async def stream_turn(
                     emit(events.reasoning_delta(open_id, delta.reasoning))
                 if delta.content:
                     if open_kind != "content":
-                        close_text()
+                        _close_text(emit, open_kind, open_id, emit_content)
                         open_kind = "content"
                         if emit_content:  # hidden text gets no id
                             open_id = ids.next_content()
@@ -190,7 +207,7 @@ async def stream_turn(
                 for fragment in delta.tool_calls:
                     call = calls.get(fragment.index)
                     if call is None:
-                        close_text()
+                        open_kind = _close_text(emit, open_kind, open_id, emit_content)
                         call = calls[fragment.index] = _start_call(
                             emit, fragment.name or "", fragment.id or "", tools, tool_id
                         )
@@ -210,14 +227,14 @@ async def stream_turn(
                 if shown >= 0 and len(log) > shown:  # the turn's first output: its readers
                     shown = -1  # take it before the rest of the chunk is read
                     await log.hand_on()
-        close_text()
+        _close_text(emit, open_kind, open_id, emit_content)
         for call in calls.values():  # parallel calls stay open until the turn's stream ends
             emit(events.action_end(call.id) if call.kind == "action" else events.tool_end(call.id))
     except BaseException as exc:
         error = exc
         raise
     finally:  # also on failure: a partial answer is kept in the chat's memory
-        result.tool_calls = [calls[i] for i in sorted(calls)]
+        result.tool_calls = [call for _, call in sorted(calls.items())]
         if emit_reasoning:
             result.reasoning = "".join(reasoning)
         else:
@@ -237,17 +254,17 @@ async def stream_turn(
     return result
 
 
-async def turn_step(
+def turn_step(
     run: RunState,
     out: Emitter,
     request: ModelRequest,
     stream: Callable[[], Awaitable[TurnResult]],
-) -> TurnResult:
+) -> Awaitable[TurnResult]:
     """The model turn `stream()` makes with `request`, as a step of the run
     (service/core/run/journal.py): a journaled turn is given back, its call counted in the
-    run's usage, and not streamed again."""
+    run's usage, and not streamed again. To be awaited at once (it adds no frame)."""
     codec = _TurnCodec(run, request, out.log, run.context_summary)
-    return await out.step("turn", stream, codec.encode, codec.decode)
+    return out.step("turn", stream, codec.encode, codec.decode)
 
 
 class _TurnCodec:

@@ -87,17 +87,18 @@ class JsonlChatStore:
         self._checked: set[str] = set()
         self._failed: set[str] = set()
         self._dirty: set[str] = set()
-        self._paths: dict[str, Path] = {}
+        self._paths: dict[str, str] = {}
 
     def path(self, chat_id: str) -> Path:
         return self.directory / f"{check_chat_id(chat_id)}.json"
 
-    def _written_path(self, chat_id: str) -> Path:
+    def _written_path(self, chat_id: str) -> str:
         """The file of a chat this store writes, made once (a run writes to it three times;
-        only chats written to are remembered, never ids merely looked up)."""
+        only chats written to are remembered, never ids merely looked up), as a string: a
+        `Path` kept for every chat costs three times its length."""
         path = self._paths.get(chat_id)
         if path is None:
-            path = self._paths[chat_id] = self.path(chat_id)
+            path = self._paths[chat_id] = os.fspath(self.path(chat_id))
         return path
 
     # Index ----------------------------------------------------------------------
@@ -230,7 +231,7 @@ class JsonlChatStore:
             for record in records:
                 self._index(chat_id, record)
 
-    def _write(self, chat_id: str, path: Path, data: bytes) -> None:
+    def _write(self, chat_id: str, path: str, data: bytes) -> None:
         """In the writer's thread: append `data` to the chat's file, creating it (a new chat)
         or checking its tail first (the first append to a file that exists)."""
         if chat_id in self._failed:
@@ -239,11 +240,11 @@ class JsonlChatStore:
             if self._create(chat_id, path, data):
                 return
             self.directory.mkdir(parents=True, exist_ok=True)
-            repair_torn_tail(path)
+            repair_torn_tail(Path(path))
             self._checked.add(chat_id)
         self._append(chat_id, path, data)
 
-    def _append(self, chat_id: str, path: Path, data: bytes, *, create: bool = True) -> None:
+    def _append(self, chat_id: str, path: str, data: bytes, *, create: bool = True) -> None:
         """Append `data` to the chat's file (created or checked before); never creates it
         unless `create` (in the writer's thread), else FileNotFoundError."""
         try:
@@ -263,7 +264,7 @@ class JsonlChatStore:
         finally:
             os.close(fd)
 
-    def _create(self, chat_id: str, path: Path, data: bytes) -> bool:
+    def _create(self, chat_id: str, path: str, data: bytes) -> bool:
         """Write a new chat's file with `data`; False when it exists (or its directory does
         not): `_write` then checks its tail (or makes the directory) first."""
         try:
@@ -275,7 +276,7 @@ class JsonlChatStore:
             if self.fsync == "always":
                 self._fsync(chat_id, fd)
         except StoreFailed:
-            path.unlink(missing_ok=True)  # the file this call made: no chat rather than none
+            Path(path).unlink(missing_ok=True)  # the file this call made: no chat, not none
             raise
         finally:
             os.close(fd)
@@ -319,7 +320,7 @@ class JsonlChatStore:
             return
         await self._queue(chat_id, self._sync, chat_id, self._written_path(chat_id))
 
-    def _sync(self, chat_id: str, path: Path) -> None:
+    def _sync(self, chat_id: str, path: str) -> None:
         """In the writer's thread: fsync the chat's file if an append left it dirty."""
         if chat_id not in self._dirty:
             return

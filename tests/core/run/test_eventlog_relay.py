@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections.abc import Sequence
 
 import pytest
 
 from service.core import events
 from service.core.events import Event
 from service.core.run.eventlog import EventLog
+from service.core.run.journal import JournalEntry, Journaling
 
 
 async def _relayed(log: EventLog, after_seq: int, started: asyncio.Event) -> list[int]:
@@ -62,3 +65,45 @@ async def test_relay_failing_send_leaves_and_reports_the_last_reader_leaving() -
         await relay
     assert left == [log]  # the run is live and nobody follows it any more
     assert log.subscribers == 0
+
+
+class _Journal:
+    async def write(self, entries: Sequence[JournalEntry]) -> None:
+        return None
+
+    def write_now(self, entries: Sequence[JournalEntry]) -> bool:
+        return True
+
+
+def _alive(run_id: str) -> list[Event]:
+    """The parsed events of `run_id` still alive."""
+    return [o for o in gc.get_objects() if type(o) is Event and o.run_id == run_id]
+
+
+async def test_a_journaled_runs_waiting_reader_leaves_no_event_held_parsed() -> None:
+    """While its only reader waits, the run holds what it read as the journal's bytes only:
+    neither the reader (its last event) nor the open block (its start) keeps one parsed.
+    The block's start is read back from its bytes to close it."""
+    journaling = Journaling(_Journal())
+    log = EventLog("run-3", "chat-3", journaling=journaling)
+    log.scope().emit(events.content_start("run-3_c_1"))
+    log.scope().emit(events.content_delta("run-3_c_1", "a"))
+    await journaling.flush()
+    seen: list[int] = []
+
+    async def send(event: Event) -> None:
+        seen.append(event.seq)
+        await asyncio.sleep(0)
+
+    relay = asyncio.create_task(log.relay(0, send))
+    async with asyncio.timeout(5):
+        while len(seen) < 2 or not log._waiters:  # noqa: ASYNC110 (the reader waits)
+            await asyncio.sleep(0.001)
+    assert _alive("run-3") == []
+    assert [e.content_start.content_id for e in log.open_blocks] == ["run-3_c_1"]
+    log.finish(events.make("run_complete"))
+    await journaling.flush()
+    await asyncio.wait_for(relay, 5)
+    kinds = ["content.start", "content.delta", "content.end", "run.complete"]
+    assert [e.type for e in log] == kinds
+    assert seen == [1, 2, 3, 4] and log.open_blocks == []
