@@ -12,7 +12,7 @@ run id and the event's bytes; a torn record (a power cut, a full disk) ends what
 of its segment. A segment is replaced by the next once `SEGMENT_BYTES` long (created
 ahead of need, off the event loop), and deleted once no run in flight has events in it:
 the events of a run older than the last `KEEP_SEGMENTS` are moved into the database
-(`Segments.settle`), so that a long run — or one parked for hours — holds no segment.
+(the journal's `_settle`), so that a long run — or one parked for hours — holds no segment.
 """
 
 from __future__ import annotations
