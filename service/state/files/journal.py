@@ -48,7 +48,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -255,7 +255,13 @@ class FileRunJournal:
         into the database; then begin a new segment (at open)."""
         db = self._database()
         live = {str(r) for (r,) in db.execute("SELECT run_id FROM journal_runs")}
-        rows = ((r, seq, data) for r, seq, data in segments.recover() if r in live)
+        self._insert_events((r, seq, data) for r, seq, data in segments.recover() if r in live)
+        segments.start()
+        return segments
+
+    def _insert_events(self, rows: Iterable[tuple[str, int, bytes]]) -> None:
+        """Keep events in the database, in one transaction (on the thread)."""
+        db = self._database()
         db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany("INSERT OR REPLACE INTO journal_events VALUES (?, ?, ?)", rows)
@@ -263,8 +269,6 @@ class FileRunJournal:
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        segments.start()
-        return segments
 
     def _settle(self) -> None:
         """Move the events of the runs with events in old segments into the database, then
@@ -276,19 +280,11 @@ class FileRunJournal:
             old = segments.old()
             upto = segments.number - 1  # the newest segment closed
             if old:
-                rows = [
+                self._insert_events(
                     (run_id, seq, data)
                     for run_id, since in old.items()
                     for seq, data in segments.read(run_id, since, upto)
-                ]
-                db = self._database()
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    db.executemany("INSERT OR REPLACE INTO journal_events VALUES (?, ?, ?)", rows)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
+                )
                 segments.settled(old, upto)
             segments.drop()
         except (OSError, sqlite3.Error, RuntimeError) as error:  # tried again at the next
