@@ -255,3 +255,12 @@ async def eventually(check: Any, timeout_s: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the condition did not hold in time")
         await asyncio.sleep(0.01)
+
+
+def parked_on(replicas: Any, *names: str) -> Any:
+    """A check for `eventually`: exactly one run is parked, on one of the replicas `names`."""
+
+    async def check() -> bool:
+        return sum(replicas[name].front.lifecycle.parked_runs for name in names) == 1
+
+    return check

@@ -24,7 +24,7 @@ from agw.v1 import gateway_pb2 as gw
 from agw_client import AsyncClient, Client
 
 from service.providers.loopback import LoopbackProvider
-from tests.bus.conftest import eventually, rest, started, until
+from tests.bus.conftest import eventually, parked_on, rest, started, until
 from tests.bus.test_owner_failure import OPEN, status_of, stream_of
 from tests.bus.test_replicas import gated
 from tests.core.tools.kit import answer_turn, call_turn, kinds, result_of
@@ -169,18 +169,22 @@ def _both(replicas: Any, first: str, then: str) -> str:
     return f"ipv4:127.0.0.1:{replicas[first].port},127.0.0.1:{replicas[then].port}"
 
 
+#: One run handed over once after its first delta, as its client sees it.
+RESUMED = [
+    *OPEN,
+    "content.end",
+    "run.resume",
+    "content.start",
+    "content.delta",
+    "content.delta",
+    "content.end",
+    "run.complete",
+]
+
+
 def _resumed(events: list[Any]) -> None:
     """`events` are one run, handed over once after its first delta: resumed, complete."""
-    assert kinds(events) == [
-        *OPEN,
-        "content.end",
-        "run.resume",
-        "content.start",
-        "content.delta",
-        "content.delta",
-        "content.end",
-        "run.complete",
-    ]
+    assert kinds(events) == RESUMED
     assert events[len(OPEN) + 1].run_resume.reason == "drain"
     assert_closed(events)
 
@@ -262,16 +266,7 @@ async def test_the_node_client_follows_a_hand_over_through_the_same_target(
             assert await process.wait() == 0
         first.set()
     *events, last = lines
-    assert [e["type"] for e in events] == [
-        *OPEN,
-        "content.end",
-        "run.resume",
-        "content.start",
-        "content.delta",
-        "content.delta",
-        "content.end",
-        "run.complete",
-    ]
+    assert [e["type"] for e in events] == RESUMED
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert last["reattached"] >= 1
 
@@ -319,20 +314,13 @@ async def test_a_parked_run_is_handed_over_at_a_drain_and_parked_again_where_it_
         end = await until(call, "tool.end", seen)
         run_id, tool_id = end.run_id, end.tool_end.tool_id
 
-        def parked_on(*names: str) -> Any:
-            async def check() -> bool:
-                fronts = [replicas[n].front.lifecycle for n in names]
-                return sum(f.parked_runs for f in fronts) == 1
-
-            return check
-
-        await eventually(parked_on("A"))
+        await eventually(parked_on(replicas, "A"))
         began = time.monotonic()
         stopping = asyncio.create_task(a.server.stop(30.0, 0.0))
         with pytest.raises(grpc.aio.AioRpcError) as moved:
             async for event in call:
                 seen.append(event)
-        await eventually(parked_on("B", "C"), timeout_s=LEASE_S)
+        await eventually(parked_on(replicas, "B", "C"), timeout_s=LEASE_S)
         took = time.monotonic() - began
         await stopping
         adopter = next(n for n in "BC" if replicas[n].front.lifecycle.parked_runs)

@@ -17,7 +17,7 @@ import pytest
 from agw.v1 import gateway_pb2 as gw
 
 from service.providers.loopback import LoopbackProvider
-from tests.bus.conftest import eventually, rest, started, until
+from tests.bus.conftest import eventually, parked_on, rest, started, until
 from tests.bus.test_owner_failure import OPEN, status_of, stream_of
 from tests.bus.test_replicas import gated
 from tests.core.tools.kit import answer_turn, call_turn, kinds, result_of
@@ -163,16 +163,9 @@ async def test_a_parked_run_outlives_its_owner_and_wakes_where_it_was_adopted(
         end = await until(call, "tool.end", seen)
         run_id, tool_id = end.run_id, end.tool_end.tool_id
 
-        def parked_on(*names: str) -> Any:
-            async def check() -> bool:
-                fronts = [replicas[n].front.lifecycle for n in names]
-                return sum(f.parked_runs for f in fronts) == 1
-
-            return check
-
-        await eventually(parked_on("A"))
+        await eventually(parked_on(replicas, "A"))
         a.bus.suspend()  # A is lost: another replica adopts the parked run
-        await eventually(parked_on("B", "C"), timeout_s=15)
+        await eventually(parked_on(replicas, "B", "C"), timeout_s=15)
         adopter = next(n for n in "BC" if replicas[n].front.lifecycle.parked_runs)
         other = next(n for n in "BC" if n != adopter)
         payload = gw.SubmitRequest(run_id=run_id, tool_id=tool_id)

@@ -19,6 +19,7 @@ from service.core.run.eventlog import EventLog
 from service.providers.loopback import LoopbackProvider, content, finish, usage
 from service.testing import Harness
 from service.transport.heartbeat import StreamWriter
+from tests.transport.test_chat_lifecycle import RUN
 
 
 def in_one_piece(*chunks: dict) -> bytes:
@@ -46,14 +47,6 @@ async def test_the_first_delta_is_written_before_the_rest_of_the_answer_is_handl
     monkeypatch.setattr(eventlog, "HAND_ON_S", 10.0)  # however slow the box
     provider.enqueue([in_one_piece(content("Hi"), finish("stop"), usage(3, 1))])
     events = await gateway.query("plain", "Hello")
-    assert [e.type for e in events] == [
-        "request.query",
-        "chat.start",
-        "run.start",
-        "content.start",
-        "content.delta",
-        "content.end",
-        "run.complete",
-    ]
+    assert [e.type for e in events] == RUN
     assert happened.index("written content.delta") < happened.index("emitted content_end")
     assert happened[-1] == "written run.complete"

@@ -30,6 +30,7 @@ from service.state.files.chats import JsonlChatStore
 from service.state.files.journal import FileRunJournal
 from service.testing import Harness
 from service.transport.heartbeat import StreamWriter
+from tests.transport.test_chat_lifecycle import RUN
 
 WAIT_S = 5.0  # how long the blocked loop waits for the provider: a test that fails, fails slowly
 
@@ -149,15 +150,7 @@ async def test_the_first_model_request_is_out_before_the_opening_is_journaled_or
                     upstream.open_gate()
     expected = {"journal": True, "stream": True} if run_journal == "files" else {"stream": True}
     assert seen == expected
-    assert [e.type for e in events] == [
-        "request.query",
-        "chat.start",
-        "run.start",
-        "content.start",
-        "content.delta",
-        "content.end",
-        "run.complete",
-    ]
+    assert [e.type for e in events] == RUN
     assert [e.seq for e in events] == list(range(1, 8))
     assert events[4].content_delta.delta == "Hi"
     assert started < upstream.received_at < arrived[0]  # before the client's first event
