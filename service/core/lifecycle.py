@@ -33,7 +33,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -72,6 +71,7 @@ from service.core.run.journal import (
     Journaling,
     Replay,
     RunSteps,
+    dump_json,
 )
 from service.core.run.runner import execute
 from service.core.run.state import Accounting, Pricing, RunState
@@ -405,9 +405,8 @@ class RunLifecycle:
         self, run: RunState, command: QueryCommand, agent: AgentDefinition, start: _Prepared
     ) -> None:
         """Journal what the run starts with: enough to start it again elsewhere."""
-        record = {
+        record = {  # and "agent": the definition's JSON, made once
             "agentKey": agent.key,
-            "agent": agent.to_json_dict(),
             "mode": agent.mode,
             "command": command.to_record(),
             "query": start.query_record,
@@ -415,9 +414,9 @@ class RunLifecycle:
             "parts": start.parts,
             "newChat": start.new_chat,
         }
-        data = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        data = b'{"agent":' + agent.json_bytes + b"," + dump_json(record)[1:]
         assert self._journaling is not None
-        self._journaling.submit(JournalEntry(run.run_id, "begin", run.chat_id, data.encode()))
+        self._journaling.submit(JournalEntry(run.run_id, "begin", run.chat_id, data))
 
     def _unwatched(self, log: EventLog) -> None:
         """The last reader of a run's log left (its `on_unwatched`)."""

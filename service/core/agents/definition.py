@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import orjson
+
 from service.core.agents.schema import (
     MODE_STAGES,
     STAGE_PATHS,
@@ -97,6 +99,9 @@ class ResolvedStage:
     planning_tools: tuple[str, ...] = ()
 
 
+#: What a definition works out once and keeps (`cached_property`): made anew in a copy.
+_RESOLVED_ONCE = ("_resolved_stages", "json_bytes")
+
 _PLANNING_TOOLS_OF: dict[StageName, tuple[str, ...]] = {
     "plan": (PLAN_ADD_TASKS_TOOL,),
     "execute": (PLAN_UPDATE_TASK_TOOL,),
@@ -128,7 +133,15 @@ class AgentDefinition(AgentFile):
                 'a query may choose among the modes listed in its "modes")',
                 agent_key=self.key,
             )
-        return self.model_copy(update={"mode": mode})
+        return self.copy_with({"mode": mode})
+
+    def copy_with(self, update: dict[str, Any]) -> AgentDefinition:
+        """This definition with `update`, what it resolved once (its stages, its JSON) made
+        anew: `model_copy` would copy what `cached_property` keeps."""
+        changed = self.model_copy(update=update)
+        for name in _RESOLVED_ONCE:
+            changed.__dict__.pop(name, None)
+        return changed
 
     @property
     def escalates(self) -> bool:
@@ -207,6 +220,11 @@ class AgentDefinition(AgentFile):
         return self.model_dump(
             mode="json", by_alias=True, exclude_unset=True, exclude={"json_schema_ref"}
         )
+
+    @cached_property
+    def json_bytes(self) -> bytes:
+        """`to_json_dict` as compact UTF-8 JSON, made once (each run journals it)."""
+        return orjson.dumps(self.to_json_dict())
 
     # -- resolution ---------------------------------------------------------------------
 

@@ -73,9 +73,7 @@ def with_overrides(agent: AgentDefinition, overrides: Mapping[str, Any] | None) 
             update["plan_execute"] = _plan_execute(agent.plan_execute, model, reasoning)
     if budget:
         update["budget"] = agent.budget.model_copy(update=budget)
-    changed = agent.model_copy(update=update)
-    changed.__dict__.pop("_resolved_stages", None)  # resolved anew, with the overrides
-    return changed
+    return agent.copy_with(update)  # its stages resolved anew, with the overrides
 
 
 def _valid(

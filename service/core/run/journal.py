@@ -41,6 +41,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
+import orjson
+
 from service.core.events import Event, to_dict
 
 log = logging.getLogger("agw.journal")
@@ -379,9 +381,22 @@ class RunSteps:
         return value
 
     def _done(self, key: str, result: Any) -> None:
-        data = json.dumps(result, ensure_ascii=False, separators=(",", ":"), default=str)
-        entry = JournalEntry(self.run_id, "step", key, data.encode(), self.attempt)
+        entry = JournalEntry(self.run_id, "step", key, dump_json(result), self.attempt)
         self.journaling.submit(entry)
+
+
+#: What orjson hands to `str` as the standard library's json does (`default=str`).
+_AS_STR = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def dump_json(value: Any) -> bytes:
+    """`value` as compact UTF-8 JSON, what JSON cannot hold as its `str` (orjson; the
+    standard library's json for what orjson refuses: non-string keys, integers beyond 64
+    bits)."""
+    try:
+        return orjson.dumps(value, default=str, option=_AS_STR)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode()
 
 
 def is_wait(key: str) -> bool:
