@@ -18,6 +18,7 @@ from service.core.agents.loader import (
     load_agent_file,
     parse_agent_text,
 )
+from service.core.agents.overrides import with_overrides
 from service.core.agents.registry import AgentRegistry
 from service.core.errors import InvalidRequest
 from service.core.model import Reasoning
@@ -197,6 +198,23 @@ def test_definitions_are_immutable() -> None:
     agent = parse(ONESHOT)
     with pytest.raises(ValueError, match="frozen"):
         agent.mode = "REACT"  # type: ignore[misc]
+
+
+def test_a_copy_in_another_mode_or_with_overrides_has_its_own_json() -> None:
+    agent = parse(
+        {
+            **REACT,
+            "modes": ["REACT", "ONESHOT"],
+            "plain": {"systemPrompt": "Help."},
+            "overrides": ["budget.maxModelCalls"],
+        }
+    )
+    assert json.loads(agent.json_bytes) == agent.to_json_dict()  # made once, then kept
+    oneshot = agent.in_mode("ONESHOT")
+    assert json.loads(oneshot.json_bytes)["mode"] == "ONESHOT"
+    assert json.loads(agent.json_bytes)["mode"] == "REACT"
+    limited = with_overrides(agent, {"budget.maxModelCalls": 2})
+    assert json.loads(limited.json_bytes)["budget"]["maxModelCalls"] == 2
 
 
 # -- rules: each violation names the field and says why ---------------------------------
