@@ -495,15 +495,22 @@ class RunLifecycle:
         except Exception:
             log.exception("could not mark run %s ended", run.run_id)
         try:
-            await recorder.closed()
+            # Its log is handed to the run log while its chat's last records are written
+            # (a fenced run's log is kept by the replica that took it over): the disk may
+            # take them together.
+            keeping = [recorder.closed()]
+            if not run.fenced:
+                keeping.append(self.run_log.save(run.run_id, run.log))
+            outcomes = await asyncio.gather(*keeping, return_exceptions=True)
             if self._recorders.get(run.chat_id) is recorder:
                 del self._recorders[run.chat_id]
             await self.bus.settled(run)
-            if not run.fenced:  # a fenced run's log is kept by the replica that took it over
-                await self.run_log.save(run.run_id, run.log)
-                steps = run.log.steps
-                if self._journaling is not None and steps is not None:  # kept: journal done
-                    self._journaling.submit(JournalEntry(run.run_id, "end", attempt=steps.attempt))
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            steps = run.log.steps
+            if not run.fenced and self._journaling is not None and steps is not None:
+                self._journaling.submit(JournalEntry(run.run_id, "end", attempt=steps.attempt))
         except Exception:
             log.exception("could not keep the log of run %s", run.run_id)
         asyncio.get_running_loop().call_later(self.options.retention_s, self._release, run.run_id)

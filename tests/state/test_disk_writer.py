@@ -54,6 +54,45 @@ async def test_urgent_work_leaves_without_waiting_for_the_window() -> None:
         assert await writer.call("lane", lambda: 1, urgent=True) == 1
 
 
+async def test_lazy_work_waits_for_its_own_window_when_alone() -> None:
+    writer = DiskWriter(window_s=0.001, lazy_s=0.2)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    done = writer.call("lane", lambda: loop.time(), lazy=True)
+    await asyncio.sleep(0.05)
+    assert not done.done()  # past the short window: it waits for company
+    assert await done - began >= 0.2
+
+
+async def test_lazy_work_leaves_in_the_batch_of_work_that_may_not_wait() -> None:
+    writer = DiskWriter(window_s=0.005, lazy_s=5.0)
+    batches: list[int] = []
+    seen: list[str] = []
+
+    def note(what: str) -> None:
+        seen.append(what)
+
+    def group(items: list[str]) -> None:
+        batches.append(threading.get_ident())
+        seen.extend(items)
+
+    async with asyncio.timeout(1.0):
+        lazy = writer.call("chats", note, "query", lazy=True)
+        await asyncio.sleep(0.02)  # longer than the window: still pending
+        assert not lazy.done()
+        await asyncio.gather(lazy, writer.group("runs", group, "log"))
+    assert seen == ["query", "log"] and len(batches) == 1
+
+
+async def test_a_read_takes_lazy_work_along_at_once() -> None:
+    writer = DiskWriter(window_s=0.005, lazy_s=5.0)
+    written: list[str] = []
+    async with asyncio.timeout(1.0):
+        lazy = writer.call("chats", written.append, "query", lazy=True)
+        assert await writer.call("chats", lambda: list(written), urgent=True) == ["query"]
+        await lazy
+
+
 async def test_drain_waits_for_everything_submitted() -> None:
     writer = DiskWriter(window_s=0.05)
     done: list[int] = []

@@ -14,6 +14,7 @@ import pytest
 
 from service.core.errors import ChatNotFound, InvalidRequest
 from service.state.files.chats import JsonlChatStore, repair_torn_tail, upgrade_record
+from service.state.files.writer import DiskWriter
 
 
 def query(chat: str, run: str, message: str = "hello", ts: int = 1) -> dict:
@@ -48,6 +49,34 @@ async def test_append_then_read_back(tmp_path: Path) -> None:
     summary = await store.summary("c1")
     assert summary is not None
     assert (summary.chat_name, summary.agent_key, summary.run_count) == ("hello", "a", 1)
+
+
+async def test_a_new_chat_is_listed_and_read_before_its_lazy_first_write(
+    tmp_path: Path,
+) -> None:
+    store = JsonlChatStore(tmp_path, writer=DiskWriter(lazy_s=30.0))
+    async with asyncio.timeout(5.0):
+        first = asyncio.ensure_future(store.append("c1", [query("c1", "r1")]))
+        await asyncio.sleep(0.05)
+        assert not first.done() and not (tmp_path / "c1.json").exists()
+        summary = await store.summary("c1")
+        assert summary is not None and summary.chat_name == "hello"  # listed at once
+        assert [r["_type"] for r in await store.read("c1")] == ["query"]  # the read took it
+        await first
+        await store.append("c1", [step("c1", "r1", 1)])  # the chat's file is known: no wait
+        await store.sync("c1")
+    assert (tmp_path / "c1.json").read_text().count("\n") == 2
+
+
+async def test_a_new_chats_records_and_sync_go_to_the_disk_together(tmp_path: Path) -> None:
+    store = JsonlChatStore(tmp_path, writer=DiskWriter(window_s=0.001, lazy_s=30.0))
+    async with asyncio.timeout(5.0):  # the sync does not wait for the lazy write's window
+        writes = asyncio.ensure_future(store.append("c1", [query("c1", "r1")]))
+        await asyncio.sleep(0)
+        more = asyncio.ensure_future(store.append("c1", [step("c1", "r1", 1)]))
+        await asyncio.sleep(0)
+        await asyncio.gather(writes, more, store.sync("c1"))
+    assert [r["_type"] for r in await store.read("c1")] == ["query", "step"]
 
 
 async def test_unknown_chat_and_bad_ids(tmp_path: Path) -> None:

@@ -26,7 +26,12 @@ Durability and crash safety:
   thread (`writer.py`), never on the event loop; the fsyncs of the runs ending
   together go to the thread as one batch. An append to a file this process created
   or checked, with nothing of its chat waiting in the thread, is one `write` from the
-  loop (page cache: microseconds), so that a full disk fails the run at once. A chat
+  loop (page cache: microseconds), so that a full disk fails the run at once. A new
+  chat's first records are lazy in the thread, unless every append is fsynced: they
+  wait up to the writer's `lazy_s` for more work — a short run's end, whose records,
+  fsync and log then go in the same batch, the file created, written and fsynced at
+  once — or for a read of the chat, which takes them along. Until then, a process that
+  dies loses them from the file (the run's journal holds its query). A chat
   is listed (`summary`, `page`) as soon as its first record is handed to the store; a
   record whose append fails is taken out of its chat's summary again.
 """
@@ -193,8 +198,11 @@ class JsonlChatStore:
         # Listed at once (see `_view`); written in the writer's thread, after the appends
         # handed over before, with the other work of its batch. The summary follows the
         # write's outcome even when the caller stops waiting for it.
+        # A new chat's first records: nobody waits for them before its run's sync (or a
+        # read of the chat, which takes them along).
+        lazy = chat_id not in self._summaries and self.fsync != "always"
         self._unwritten.setdefault(chat_id, []).append(records)
-        written = self._queue(chat_id, self._write, chat_id, path, data)
+        written = self._queue(chat_id, self._write, chat_id, path, data, lazy=lazy)
         written.add_done_callback(lambda done: self._written(chat_id, records, done))
         try:
             await asyncio.shield(written)
@@ -202,11 +210,16 @@ class JsonlChatStore:
             raise StoreFailed(f"could not append to chat {chat_id!r}: {error}") from error
 
     def _queue(
-        self, chat_id: str, func: Callable[..., T], *args: Any, urgent: bool = False
+        self,
+        chat_id: str,
+        func: Callable[..., T],
+        *args: Any,
+        urgent: bool = False,
+        lazy: bool = False,
     ) -> asyncio.Future[T]:
         """`func(*args)` in the writer's thread, counted as work of the chat until done."""
         self._queued[chat_id] = self._queued.get(chat_id, 0) + 1
-        future = self._writer.call(self, func, *args, urgent=urgent)
+        future = self._writer.call(self, func, *args, urgent=urgent, lazy=lazy)
         future.add_done_callback(lambda _: self._dequeue(chat_id))
         return future
 

@@ -10,7 +10,10 @@ the short window (`window_s`) after the first submission to an idle thread, goes
 the thread as one batch — one wake-up of the thread and one wake-up of the loop for
 many runs' writes, their outcomes handed back together. Work a caller waits for to go
 on (a read, a delete) is `urgent`: its batch leaves at once, or as soon
-as the thread is done with the batch it has.
+as the thread is done with the batch it has. Work nobody needs done soon is `lazy`: it
+waits up to `lazy_s` for other work to go with it (a new chat's first record waits for
+its run's end, when the run is short: the chat's file is then created, written and
+fsynced in one batch, with the run's log), and leaves with the first batch that does.
 
 Within a batch, the work of each lane (a store) runs in the order it was submitted;
 the lanes are independent. Consecutive items submitted to one `group` function of a
@@ -39,6 +42,8 @@ I = TypeVar("I")  # noqa: E741
 
 #: How long work submitted to an idle writer waits for more to join it.
 WINDOW_S = 0.002
+#: How long lazy work waits for more to join it.
+LAZY_S = 0.05
 #: How long the thread waits for work before it ends.
 IDLE_EXIT_S = 10.0
 
@@ -63,8 +68,11 @@ class _Batch:
 class DiskWriter:
     """One thread that runs the file stores' disk work in batches (see the module)."""
 
-    def __init__(self, *, window_s: float = WINDOW_S, name: str = "agw-disk") -> None:
+    def __init__(
+        self, *, window_s: float = WINDOW_S, lazy_s: float = LAZY_S, name: str = "agw-disk"
+    ) -> None:
         self.window_s = window_s
+        self.lazy_s = lazy_s
         self.name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
@@ -73,23 +81,32 @@ class DiskWriter:
         self._pending: list[_Work] = []
         self._busy = False  # a batch is in the thread
         self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._due = 0.0  # when the pending batch leaves (the loop's time), if `_handle`
         self._urgent = False  # the pending batch leaves at once
+        self._lazy = True  # all the pending work is lazy
         self._idle: asyncio.Event | None = None  # set while nothing is pending or running
 
     # -- work --------------------------------------------------------------------------
 
     def call(
-        self, lane: object, func: Callable[..., T], *args: Any, urgent: bool = False
+        self,
+        lane: object,
+        func: Callable[..., T],
+        *args: Any,
+        urgent: bool = False,
+        lazy: bool = False,
     ) -> asyncio.Future[T]:
         """`func(*args)` in the writer's thread, after the lane's earlier work; its result."""
-        return self._submit(_Work(lane, func, args, self._new_future()), urgent)
+        return self._submit(_Work(lane, func, args, self._new_future()), urgent, lazy)
 
     def group(
         self, lane: object, func: Callable[[list[I]], None], item: I, *, urgent: bool = False
     ) -> asyncio.Future[None]:
         """`func(items)` in the writer's thread, `items` being `item` and the items submitted
         right before or after it to the same function of the lane; done when that call is."""
-        return self._submit(_Work(lane, func, (item,), self._new_future(), grouped=True), urgent)
+        return self._submit(
+            _Work(lane, func, (item,), self._new_future(), grouped=True), urgent, False
+        )
 
     def hurry(self) -> None:
         """Let the work pending leave now rather than at the end of its window."""
@@ -112,24 +129,31 @@ class DiskWriter:
             loop = self._loop = asyncio.get_running_loop()
         return loop.create_future()
 
-    def _submit(self, work: _Work, urgent: bool) -> asyncio.Future[Any]:
+    def _submit(self, work: _Work, urgent: bool, lazy: bool) -> asyncio.Future[Any]:
         self._pending.append(work)
         if self._idle is not None:
             self._idle.clear()
-        if urgent and not self._urgent:
-            self._urgent = True
-            if not self._busy:  # the thread is idle: to it now, with what is pending
-                if self._handle is not None:
-                    self._handle.cancel()
-                self._dispatch()
-        elif self._handle is None and not self._busy:
-            self._schedule(self.window_s)
+        if not lazy:
+            self._lazy = False
+        if urgent:
+            if not self._urgent:
+                self._urgent = True
+                if not self._busy:  # the thread is idle: to it now, with what is pending
+                    if self._handle is not None:
+                        self._handle.cancel()
+                    self._dispatch()
+        elif not self._busy and not self._urgent:
+            delay = self.lazy_s if lazy else self.window_s
+            assert self._loop is not None  # (made with the work's future)
+            if self._handle is None or self._loop.time() + delay < self._due:
+                self._schedule(delay)  # lazy work goes with work that may not wait as long
         return work.future
 
     def _schedule(self, delay: float) -> None:
         assert self._loop is not None
         if self._handle is not None:
             self._handle.cancel()
+        self._due = self._loop.time() + delay
         if delay > 0:
             self._handle = self._loop.call_later(delay, self._dispatch)
         else:
@@ -141,6 +165,7 @@ class DiskWriter:
             return
         work, self._pending = self._pending, []
         self._urgent = False
+        self._lazy = True
         self._busy = True
         with self._lock:
             self._queue.put(_Batch(work))
@@ -158,7 +183,9 @@ class DiskWriter:
                 future.set_exception(error)
             else:
                 future.set_result(result)
-        if self._pending:  # it waited for this batch already: it leaves at once
+        if self._pending and self._lazy and not self._urgent:  # it may wait for company
+            self._schedule(self.lazy_s)
+        elif self._pending:  # it waited for this batch already: it leaves at once
             self._dispatch()
         elif self._idle is not None:
             self._idle.set()
