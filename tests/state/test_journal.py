@@ -184,14 +184,17 @@ async def test_the_files_journal_keeps_events_in_segments_and_moves_old_ones_to_
 ) -> None:
     """Events go to segment files; a segment full, the next (created ahead, off the loop)
     takes over; a run whose events are older than the last two segments has them moved into
-    the database, and a segment no run in flight has events in is deleted. A run's journal
-    reads the same wherever its events are."""
+    the database, and a segment no run in flight (nor an ended run whose rows are still to
+    sweep) has events in is deleted. A run's journal reads the same wherever its events
+    are."""
     import sqlite3
 
+    from service.state.files import journal as files_journal
     from service.state.files import segments
     from service.state.files.journal import FileRunJournal
 
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 4096)
+    monkeypatch.setattr(files_journal, "SWEEP_AFTER_S", 0.001)
 
     def in_database(run_id: str) -> int:
         with sqlite3.connect(tmp_path / "journal.sqlite3") as db:
@@ -218,7 +221,8 @@ async def test_the_files_journal_keeps_events_in_segments_and_moves_old_ones_to_
             for batch in batches:
                 if not journal.write_now(batch):  # the next segment is not created yet
                     await journal.write(batch)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(0.01)  # the last ended runs swept
         await journal._run(lambda: None)  # what the thread was given is done
         assert 0 < in_database("long") < written  # its older events, moved
         assert all(in_database(f"short{n}") == 0 for n in range(60))  # never moved
@@ -260,6 +264,83 @@ async def test_a_torn_record_ends_what_is_read_of_its_segment(tmp_path: Path) ->
         assert kept is not None and kept.events == logged[:2]
     finally:
         await second.close()
+
+
+async def test_an_ended_run_is_gone_at_once_its_rows_swept_soon_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files journal held alone: a run's end writes nothing then; the run is unknown at
+    once, and its rows go with the next sweep (within SWEEP_AFTER_S, even if nothing else
+    is written)."""
+    import sqlite3
+
+    from service.state.files import journal as files_journal
+    from service.state.files.journal import FileRunJournal
+
+    monkeypatch.setattr(files_journal, "SWEEP_AFTER_S", 0.05)
+
+    def rows(table: str) -> int:
+        with sqlite3.connect(tmp_path / "journal.sqlite3") as db:
+            return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    journal = FileRunJournal(tmp_path)
+    await journal.open()
+    try:
+        logged = numbered(events.run_start("a"), events.run_complete("stop"))
+        assert journal.write_now([begin("r1"), JournalEntry("r1", "start", "turn 1")])
+        assert journal.write_now([*entries_of("r1", logged), step("r1", "turn 1", 1)])
+        assert journal.write_now([JournalEntry("r1", "end")])
+        assert await journal.load("r1") is None and await journal.unfinished() == []
+        assert (rows("journal_runs"), rows("journal_steps")) == (1, 1)  # not yet
+        await asyncio.sleep(0.1)
+        await journal._run(lambda: None)
+        assert (rows("journal_runs"), rows("journal_steps")) == (0, 0)
+    finally:
+        await journal.close()
+
+
+def test_a_run_ended_before_a_kill_is_found_ended_by_the_next_process(tmp_path: Path) -> None:
+    """Killed between a run's end and the sweep, the process leaves the run with its
+    terminal event journaled: the next one finds it ended (and keeps it again)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import asyncio, json, os
+from pathlib import Path
+from service.core import events
+from service.core.run.journal import JournalEntry, entries_of
+from service.state.files.journal import FileRunJournal
+
+async def main():
+    journal = FileRunJournal(Path({str(tmp_path)!r}))
+    await journal.open()
+    made = [events.run_start("a"), events.run_complete("stop")]
+    for seq, event in enumerate(made, 1):
+        event.seq, event.run_id, event.chat_id = seq, "r1", "c1"
+    begin = JournalEntry("r1", "begin", "c1", json.dumps({{"agentKey": "a"}}).encode())
+    assert journal.write_now([begin, *entries_of("r1", made)])
+    assert journal.write_now([JournalEntry("r1", "end")])
+    os.kill(os.getpid(), 9)
+
+asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == -9, done.stderr.decode()
+
+    async def next_process() -> None:
+        from service.state.files.journal import FileRunJournal
+
+        journal = FileRunJournal(tmp_path)
+        await journal.open()
+        try:
+            assert await journal.unfinished() == ["r1"]
+            kept = await journal.load("r1")
+            assert kept is not None and kept.ended and len(kept.events) == 2
+        finally:
+            await journal.close()
+
+    asyncio.run(next_process())
 
 
 async def test_the_events_of_ended_runs_are_swept_with_others_and_at_the_next_start(

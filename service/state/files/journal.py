@@ -26,12 +26,16 @@ reads, creating the next segment, moving old events into the database, a batch t
 could not write — runs on one thread of its own, one statement after another; a batch is
 never written while another is being written (`Journaling`).
 
-A run's end deletes its row and its steps at once (it is no longer unfinished, and
-`load` knows it no more); its events in the database, many rows, are deleted by the
-thread with those of the other runs ended in the meantime (`SWEEP_EVERY` runs or
-`SWEEP_AFTER_S`), and at the next start if the process stopped before; a segment is
-deleted once no run in flight has events in it. At the next start, the events the
-segments hold of the runs still in flight are moved into the database.
+A run's end makes it unknown to `load` and `unfinished` at once. Its rows — its
+row, its steps, its events in the database — are deleted by the thread with those of
+the other runs ended in the meantime (`SWEEP_EVERY` runs or `SWEEP_AFTER_S`), in one
+transaction, and at the next start if the process stopped before; a segment is deleted
+once no run in flight, nor an ended run whose rows are still there, has events in it.
+(So a process killed in between leaves runs that ended, with their terminal event
+journaled: the next one keeps them again, which a run's keeping allows.) While the
+process does not hold the journal alone, an end deletes the run's row and steps in its
+batch's transaction. At the next start, the events the segments hold of the runs still
+in flight are moved into the database.
 
 While the service's process holds the journal alone (an exclusive lock on
 `journal.sqlite3.lock`; workers sharing the file do not), it knows how often each of
@@ -97,7 +101,9 @@ class FileRunJournal:
         self._now: sqlite3.Connection | None = None  # of the event loop: never waits
         self._commits = 0  # on the event loop since the last checkpoint
         self._ended: list[str] = []  # runs ended whose events are still to delete
+        self._unkept: set[str] = set()  # of those, the ones whose row and steps are too
         self._swept = time.monotonic()
+        self._sweeping: asyncio.TimerHandle | None = None  # a sweep due while nothing writes
         self._lock: int | None = None  # the file held while this process holds it alone
         self._attempts: dict[str, int] | None = None  # known, while held alone
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agw-journal")
@@ -172,27 +178,45 @@ class FileRunJournal:
         return True
 
     def _append_events(self, segments: Segments, entries: Sequence[JournalEntry]) -> bool:
-        """Write a batch of events alone, of runs this process knows, to their segment; False,
-        having written nothing, for any other batch (the per-delta path: most batches)."""
+        """Write a batch of events and ends alone, of runs this process knows, with no
+        transaction: the events to their segment, the ends for the next sweep; False, having
+        written nothing, for any other batch (the per-delta path: most batches)."""
         known = self._attempts
         if known is None or not segments.ready():
             return False
         records = []
         runs = []
+        ends = []
         for entry in entries:
             attempts = known.get(entry.run_id)
-            if entry.kind != "event" or attempts is None:
+            if attempts is None or (entry.kind != "event" and entry.kind != "end"):
                 return False
-            if entry.attempt >= attempts:  # (else: of an owner the run was taken from)
+            if entry.attempt < attempts:
+                continue  # written by an owner the run has since been taken from
+            if entry.kind == "end":
+                ends.append(entry.run_id)
+            else:
                 records.append(record(entry.run_id.encode(), int(entry.key), entry.data))
                 runs.append(entry.run_id)
         if records and segments.append(b"".join(records), runs) is not None:
             self._thread.submit(self._settle)
+        for run_id in ends:
+            del known[run_id]
+            self._unkept.add(run_id)
+            self._ended.append(run_id)
+            segments.end(run_id)
         if segments.needs_preparing():
             self._thread.submit(segments.prepare)
         if self._ended and self._sweep_due():
             self._thread.submit(self._sweep, self._take_ended())
+        elif ends and self._sweeping is None:  # within SWEEP_AFTER_S, even if nothing writes
+            self._sweeping = asyncio.get_running_loop().call_later(SWEEP_AFTER_S, self._sweep_now)
         return True
+
+    def _sweep_now(self) -> None:
+        self._sweeping = None
+        if self._ended and self._db is not None:
+            self._thread.submit(self._sweep, self._take_ended())
 
     def _checkpoint(self) -> None:
         db = self._database()
@@ -224,7 +248,9 @@ class FileRunJournal:
         return ended
 
     def _sweep(self, run_ids: list[str]) -> None:
-        """Delete the events of `run_ids` (ended runs), on the thread."""
+        """Delete the events of `run_ids` (ended runs), and the row and steps of those whose
+        end left them (`_unkept`), on the thread."""
+        unkept = [(r,) for r in run_ids if r in self._unkept]
         try:
             db = self._database()
             db.execute("BEGIN IMMEDIATE")
@@ -232,12 +258,19 @@ class FileRunJournal:
                 db.executemany(
                     "DELETE FROM journal_events WHERE run_id = ?", [(r,) for r in run_ids]
                 )
+                for table in ("journal_runs", "journal_steps"):
+                    db.executemany(f"DELETE FROM {table} WHERE run_id = ?", unkept)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            if self._segments is not None:
-                self._segments.drop()
+            segments = self._segments
+            for (run_id,) in unkept:
+                self._unkept.discard(run_id)
+                if segments is not None:
+                    segments.forget(run_id)
+            if segments is not None:
+                segments.drop()
         except (OSError, sqlite3.Error, RuntimeError) as error:  # left for the next start
             log.warning("could not delete ended runs' events from %s: %s", self.path, error)
 
@@ -407,12 +440,14 @@ class FileRunJournal:
 
     def _unfinished(self) -> list[str]:
         rows = self._database().execute("SELECT run_id FROM journal_runs ORDER BY begun")
-        return [str(run_id) for (run_id,) in rows]
+        return [str(run_id) for (run_id,) in rows if run_id not in self._unkept]
 
     async def load(self, run_id: str) -> JournaledRun | None:
         return await self._run(self._load, run_id)
 
     def _load(self, run_id: str) -> JournaledRun | None:
+        if run_id in self._unkept:
+            return None  # ended: its rows wait for the next sweep
         db = self._database()
         row = db.execute(
             "SELECT chat_id, record, attempts FROM journal_runs WHERE run_id = ?", (run_id,)
@@ -445,6 +480,9 @@ class FileRunJournal:
         return self._db
 
     async def close(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
         if self._now is not None:
             self._now.close()
             self._now = None

@@ -75,6 +75,7 @@ class Segments:
         self._next: int | None = None  # the next segment's descriptor, created ahead
         self._preparing = False
         self._first: dict[str, int] = {}
+        self._ended: set[str] = set()  # of those runs, the ones that ended (not to be moved)
         self._lock = threading.Lock()
 
     def path(self, number: int) -> Path:
@@ -167,10 +168,17 @@ class Segments:
         with self._lock:
             return self._first.get(run_id)
 
+    def end(self, run_id: str) -> None:
+        """`run_id` ended, its rows not yet deleted: its events are kept where they are (its
+        segments stay until `forget`), never moved."""
+        with self._lock:
+            self._ended.add(run_id)
+
     def forget(self, run_id: str) -> None:
         """`run_id` ended: its events are needed no more."""
         with self._lock:
             self._first.pop(run_id, None)
+            self._ended.discard(run_id)
 
     def read(self, run_id: str, since: int, upto: int | None = None) -> list[tuple[int, bytes]]:
         """(seq, bytes) of the events of `run_id` in the segments from `since` on (up to
@@ -192,7 +200,8 @@ class Segments:
         newest segment closed (to be moved into the database: `settled`)."""
         oldest = self.number - KEEP_SEGMENTS + 1
         with self._lock:
-            return {r: n for r, n in self._first.items() if n < oldest}
+            ended = self._ended
+            return {r: n for r, n in self._first.items() if n < oldest and r not in ended}
 
     def settled(self, run_ids: Iterable[str], upto: int) -> None:
         """The events of `run_ids` in the segments up to `upto` are in the database now."""
