@@ -63,6 +63,8 @@ __all__ = [
 log = logging.getLogger("agw.tools")
 
 HINTS_HEADING = "## After calling a tool"
+#: The stages whose tools `ToolRegistry.for_stage` keeps at most (then it starts over).
+STAGE_TOOLS_KEPT = 256
 
 #: The configured tools of a stage: (kind, toolConfig key, names) for each kind, and
 #: ("mcp", "mcp", server names) for the MCP servers whose every tool is offered.
@@ -220,6 +222,8 @@ class ToolRegistry:
         self._tools: dict[str, _Resolved] = {}
         self._errors: dict[str, str] = {}
         self._seen: tuple[tuple[int, int], ...] = ()
+        # (id of a stage, policy) -> the stage, the version, its tools (`for_stage`)
+        self._stage_tools: dict[tuple[int, str], tuple[ResolvedStage, int, StageTools]] = {}
         self._last: ToolsChange | None = None
         self._version = 0
         self._changed = asyncio.Event()
@@ -276,7 +280,21 @@ class ToolRegistry:
         return found
 
     def for_stage(self, stage: ResolvedStage, policy: ToolPolicy = "ALLOW") -> StageTools:
-        """The tools `stage` offers under `policy` (DISALLOW: only its planning tools)."""
+        """The tools `stage` offers under `policy` (DISALLOW: only its planning tools): the
+        same ones for the same stage while the sources are unchanged (a run asks for its
+        stages' tools as its query is checked, then as it runs)."""
+        key = (id(stage), policy)
+        version = self.version
+        known = self._stage_tools.get(key)
+        if known is not None and known[0] is stage and known[1] == version:
+            return known[2]
+        tools = self._stage_tools_now(stage, policy)
+        if len(self._stage_tools) >= STAGE_TOOLS_KEPT:
+            self._stage_tools.clear()
+        self._stage_tools[key] = (stage, version, tools)
+        return tools
+
+    def _stage_tools_now(self, stage: ResolvedStage, policy: ToolPolicy) -> StageTools:
         planning = [PLANNING_DEFINITIONS[name] for name in stage.planning_tools]
         if policy == "DISALLOW":
             return StageTools.of((), planning)
