@@ -30,7 +30,7 @@ SERVER_OPTIONS = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 
 
 
 class Envelope:
-    """The envelope of one stream's `content.delta` events, as the gateway fills it."""
+    """The envelope of one stream's events, as the gateway fills it."""
 
     __slots__ = ("chat_id", "content_id", "run_id", "seq")
 
@@ -40,16 +40,21 @@ class Envelope:
         self.content_id = f"{self.run_id}_c_1"
         self.seq = 0
 
-    def delta(self, text: str) -> pb.Event:
+    def event(self, type: str, **payload: Any) -> pb.Event:
+        """The stream's next event: `type`, and its payload as one keyword (`run_start=...`)."""
         self.seq += 1
         return pb.Event(
             seq=self.seq,
-            type="content.delta",
+            type=type,
             timestamp=time.time_ns() // 1_000_000,
             chat_id=self.chat_id,
             run_id=self.run_id,
-            content_delta=pb.ContentDelta(content_id=self.content_id, delta=text),
+            **payload,
         )
+
+    def delta(self, text: str) -> pb.Event:
+        delta = pb.ContentDelta(content_id=self.content_id, delta=text)
+        return self.event("content.delta", content_delta=delta)
 
 
 async def bare_query(request: gw.QueryRequest, context: Context) -> None:

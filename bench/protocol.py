@@ -24,7 +24,9 @@ MODEL = "bench-model"
 # (discarding exporters), and with its instrumentation short-circuited — twice, in two
 # processes, to see how much two processes of the same server differ (bench/otel.py).
 GATEWAYS = ("gateway", "gateway+otel", "gateway-no-otel", "gateway-no-otel-2")
-SERVERS = ("bare", "relay", "relay-aiohttp", *GATEWAYS)  # the servers under test
+# The servers under test; `relay-contract` is the aiohttp relay writing the events of a
+# run's stream contract too (bench/relay.py): the floor the contract itself sets.
+SERVERS = ("bare", "relay", "relay-aiohttp", "relay-contract", *GATEWAYS)
 # The gateway is judged against the relay on the HTTP client it uses itself (aiohttp).
 REFERENCE = "relay-aiohttp"
 # The servers whose highest sustained paced rate is measured (the capacity ramp): the two

@@ -4,7 +4,14 @@
 completion, splits the body into SSE events, takes each chunk's
 `choices[0].delta.content` and writes it as a `content.delta` event (same
 envelope as the gateway's). No run, no log, no start/end events, no retries.
-Two HTTP clients are measured: httpx (what the gateway uses) and aiohttp.
+Two HTTP clients are measured: httpx and aiohttp (what the gateway uses).
+
+`ContractRelay` (`relay-contract`) is the aiohttp relay that also writes the
+events a gateway run's stream carries by contract, each its own gRPC message
+(a 1-delta run: seven): `request.query`, `chat.start`, `run.start`, then
+`content.start` before the first delta, `content.end` and `run.complete` after
+the body. Their payloads are empty; it is the floor the streaming contract
+itself sets, with none of a run's other work.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx
+from agw.v1 import events_pb2 as pb
 from agw.v1 import gateway_pb2 as gw
 
 from bench.baseline import Context, Envelope
@@ -27,9 +35,12 @@ def request_body(message: str) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-async def relay(chunks: AsyncIterator[bytes], context: Context) -> None:
-    """Write one `content.delta` per SSE delta read from `chunks`, to the end of the body."""
-    envelope = Envelope()
+async def relay(
+    chunks: AsyncIterator[bytes], context: Context, envelope: Envelope, *, start: bool = False
+) -> int:
+    """Write one `content.delta` per SSE delta read from `chunks`, to the end of the body,
+    and with `start` a `content.start` before the first; the number of deltas written."""
+    written = 0
     buf = b""
     async for chunk in chunks:
         buf += chunk
@@ -42,7 +53,12 @@ async def relay(chunks: AsyncIterator[bytes], context: Context) -> None:
             choices = json.loads(event[6:]).get("choices")
             text = choices[0]["delta"].get("content") if choices else None
             if text:
+                if start and not written:
+                    begun = pb.ContentStart(content_id=envelope.content_id)
+                    await context.write(envelope.event("content.start", content_start=begun))
+                written += 1
                 await context.write(envelope.delta(text))
+    return written
 
 
 class HttpxRelay:
@@ -59,7 +75,7 @@ class HttpxRelay:
         body = request_body(request.message)
         async with self.client.stream("POST", self.url, content=body) as response:
             response.raise_for_status()
-            await relay(response.aiter_bytes(), context)
+            await relay(response.aiter_bytes(), context, Envelope())
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -79,15 +95,35 @@ class AiohttpRelay:
         self.session = aiohttp.ClientSession(connector=connector, headers=_HEADERS, timeout=timeout)
 
     async def Query(self, request: gw.QueryRequest, context: Context) -> None:
+        await self.stream(request, context, Envelope())
+
+    async def stream(
+        self, request: gw.QueryRequest, context: Context, envelope: Envelope, start: bool = False
+    ) -> int:
+        """Post the query, relay the body's deltas (see `relay`); the number written."""
         assert self.session is not None
         body = request_body(request.message)
         async with self.session.post(self.url, data=body) as response:
             response.raise_for_status()
-            await relay(_chunks(response), context)
+            return await relay(_chunks(response), context, envelope, start=start)
 
     async def aclose(self) -> None:
         if self.session is not None:
             await self.session.close()
+
+
+class ContractRelay(AiohttpRelay):
+    """The aiohttp relay writing, besides the deltas, the events of a run's stream contract."""
+
+    async def Query(self, request: gw.QueryRequest, context: Context) -> None:
+        envelope = Envelope()
+        await context.write(envelope.event("request.query", request_query=pb.RequestQuery()))
+        await context.write(envelope.event("chat.start", chat_start=pb.ChatStart()))
+        await context.write(envelope.event("run.start", run_start=pb.RunStart()))
+        if await self.stream(request, context, envelope, start=True):
+            end = pb.ContentEnd(content_id=envelope.content_id)
+            await context.write(envelope.event("content.end", content_end=end))
+        await context.write(envelope.event("run.complete", run_complete=pb.RunComplete()))
 
 
 async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -24,6 +24,7 @@ _NAMES = {
     "bare": "bare gRPC",
     "relay": "relay (httpx)",
     "relay-aiohttp": "relay (aiohttp)",
+    "relay-contract": "relay (aiohttp, contract events)",
     "gateway": "gateway",
 }
 Comparisons = dict[str, dict[str, float]]
@@ -70,11 +71,11 @@ def _get(servers: Servers, kind: str, key: str) -> float | None:
 
 def comparisons(servers: Servers) -> Comparisons:
     """For each figure: gateway ÷ relay or gateway − relay (each relay, and bare), and the
-    httpx relay ÷ the aiohttp relay."""
+    httpx relay and the contract relay each ÷ the aiohttp relay."""
     out: dict[str, dict[str, float]] = {}
     for fig in FIGURES:
         row: dict[str, float] = {}
-        for base in (RELAY, "relay", "bare"):
+        for base in (RELAY, "relay", "relay-contract", "bare"):
             g, b = _get(servers, "gateway", fig.key), _get(servers, base, fig.key)
             if g is None or b is None:
                 continue
@@ -84,8 +85,11 @@ def comparisons(servers: Servers) -> Comparisons:
             else:
                 row[f"gateway-{base}"] = g - b
         h, a = _get(servers, "relay", fig.key), _get(servers, RELAY, fig.key)
+        c = _get(servers, "relay-contract", fig.key)
         if fig.compare == "ratio" and h is not None and a:
             row["httpx/aiohttp"] = h / a
+        if fig.compare == "ratio" and c is not None and a:
+            row["contract/aiohttp"] = c / a
         out[fig.key] = row
     return out
 
@@ -299,6 +303,14 @@ def _context(results: dict[str, Any]) -> str:
         parts.append(
             f"HTTP client: relay CPU per delta httpx ÷ aiohttp = {http:.2f}× (paced load), "
             f"{light:.2f}× (light paced), {bulk:.2f}× (bulk)."
+        )
+    floor = comp.get("cpu_us_per_call", {}).get("contract/aiohttp")
+    if floor is not None:
+        beyond = comp["cpu_us_per_call"].get("gateway/relay-contract")
+        parts.append(
+            f"CPU per 1-delta call, floor set by the contract's 7 events per 1-delta run: "
+            f"relay-contract ÷ relay = {floor:.2f}×"
+            + (f" (gateway ÷ relay-contract = {beyond:.2f}×)." if beyond is not None else ".")
         )
     loads = ", ".join(
         f"{_NAMES.get(k, k)} {v.get('load_provider_cores', 0):.2f} / "

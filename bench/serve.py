@@ -7,6 +7,7 @@ Every process runs on the event loop `AGW_EVENT_LOOP` names, as the service
 does (`service.process.eventloop`: uvloop's by default, where available), so
 that the baselines and the gateway are compared on the same loop; every server's
 garbage collector is tuned as the service's is (`service.process.gctune`).
+The relays (`relay`, `relay-aiohttp`, `relay-contract`) are described in bench/relay.py.
 The gateway's variants with the OpenTelemetry SDK and without instrumentation
 (`gateway+otel`, `gateway-no-otel`, `gateway-no-otel-2`) are described in
 bench/otel.py.
@@ -30,7 +31,7 @@ from bench.gateway import start_gateway
 from bench.procs import ROOT
 from bench.protocol import GATEWAYS, SERVERS
 from bench.provider import bench_provider
-from bench.relay import AiohttpRelay, HttpxRelay
+from bench.relay import AiohttpRelay, ContractRelay, HttpxRelay
 from service.process import eventloop, gctune
 
 KINDS = ("provider", *SERVERS)
@@ -67,7 +68,8 @@ async def _running(kind: str, args: argparse.Namespace) -> AsyncIterator[tuple[i
         if kind == "relay":
             relay: HttpxRelay | AiohttpRelay = HttpxRelay(args.provider_url, args.max_streams)
         else:
-            relay = AiohttpRelay(args.provider_url, args.max_streams)
+            cls = ContractRelay if kind == "relay-contract" else AiohttpRelay
+            relay = cls(args.provider_url, args.max_streams)
             await relay.start()
         server, port = await start_grpc(relay.Query)
 

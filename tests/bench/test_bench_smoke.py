@@ -62,9 +62,10 @@ async def test_quick_run_reports_every_figure(
         if fig.key == "capacity_per_s":
             continue  # a ratio of 0s when the first step of the ramp was not sustained
         row = results["comparisons"][fig.key]
-        keys = ("gateway/relay-aiohttp", "gateway/relay", "gateway/bare", "httpx/aiohttp")
+        bases = ("relay-aiohttp", "relay", "relay-contract", "bare")
+        keys = [f"gateway/{b}" for b in bases] + ["httpx/aiohttp", "contract/aiohttp"]
         if fig.compare == "added":
-            keys = ("gateway-relay-aiohttp", "gateway-relay", "gateway-bare")
+            keys = [f"gateway-{b}" for b in bases]
         for key in keys:
             assert _number(row[key]), (fig.key, key)
             if fig.compare == "ratio":
@@ -90,6 +91,9 @@ async def test_quick_run_reports_every_figure(
     assert written["tracing"] == results["tracing"]
     markdown = out.with_suffix(".md").read_text()
     assert all(fig.label in markdown for fig in report.FIGURES)
+    assert "| relay (aiohttp) | relay (aiohttp, contract events) | gateway |" in markdown
+    floor = results["comparisons"]["cpu_us_per_call"]["contract/aiohttp"]
+    assert f"contract's 7 events per 1-delta run: relay-contract ÷ relay = {floor:.2f}×" in markdown
     assert all(t.name in markdown for t in report.TARGETS)
     assert "### Tracing on vs off" in markdown
     assert all(row.label in markdown for row in overhead.ROWS)
