@@ -495,19 +495,21 @@ class RunLifecycle:
         except Exception:
             log.exception("could not mark run %s ended", run.run_id)
         try:
-            # Its log is handed to the run log while its chat's last records are written
-            # (a fenced run's log is kept by the replica that took it over): the disk may
-            # take them together.
-            keeping = [recorder.closed()]
+            # Its log is handed to the run log while its chat's last records are being
+            # written (a fenced run's log is kept by the replica that took it over): the
+            # disk may take them together.
+            unsaved: Exception | None = None
             if not run.fenced:
-                keeping.append(self.run_log.save(run.run_id, run.log))
-            outcomes = await asyncio.gather(*keeping, return_exceptions=True)
+                try:
+                    await self.run_log.save(run.run_id, run.log)
+                except Exception as error:
+                    unsaved = error
+            await recorder.closed()
             if self._recorders.get(run.chat_id) is recorder:
                 del self._recorders[run.chat_id]
             await self.bus.settled(run)
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
+            if unsaved is not None:
+                raise unsaved
             steps = run.log.steps
             if not run.fenced and self._journaling is not None and steps is not None:
                 self._journaling.submit(JournalEntry(run.run_id, "end", attempt=steps.attempt))

@@ -559,13 +559,11 @@ class ChatRecorder:
         # The writes' tasks were made before this one, so they have handed their records
         # to the store already; the sync, handed over now, comes after them (a store keeps
         # a chat's work in order) and may go to the disk in the same batch.
-        await asyncio.gather(*self._writes, self._sync())
-
-    async def _sync(self) -> None:
         try:
             await self.store.sync(self.run.chat_id)
         except Exception:
             log.exception("could not sync chat %s", self.run.chat_id)
+        await asyncio.gather(*self._writes)
 
 
 def user_message(text: str, parts: list[Record] | None = None) -> Record:
