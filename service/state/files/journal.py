@@ -83,6 +83,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS journal_runs ("
     " run_id TEXT PRIMARY KEY, chat_id TEXT NOT NULL, record TEXT NOT NULL,"
     " attempts INTEGER NOT NULL DEFAULT 0, begun INTEGER NOT NULL)",
+    # A run's `begun` is the next after the highest: found in the index, not by a scan of
+    # every run in flight (thousands may be parked).
+    "CREATE INDEX IF NOT EXISTS journal_runs_begun ON journal_runs (begun)",
     "CREATE TABLE IF NOT EXISTS journal_events ("
     " run_id TEXT NOT NULL, seq INTEGER NOT NULL, event BLOB NOT NULL,"
     " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
