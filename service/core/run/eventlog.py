@@ -335,7 +335,11 @@ class EventLog(Sequence[Event]):
         after `HAND_ON_S` (a slow reader, a slow journal, do not hold the run longer); at
         once without a reader.
         """
-        if not self.subscribers or self._handed_on():
+        if not self.subscribers:
+            return
+        if self.journaling is not None and self.visible < len(self._events):
+            self.journaling.now()  # shown now, not a loop turn later
+        if self._handed_on():
             return
         handing = self._handing = asyncio.get_running_loop().create_future()
         try:

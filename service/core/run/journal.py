@@ -179,6 +179,12 @@ class Journaling:
             # What the rest of this loop turn adds goes in too.
             asyncio.get_running_loop().call_soon(self._turn)
 
+    def now(self) -> None:
+        """Write the pending batch now rather than at the end of this loop turn (for a run
+        about to wait for its readers: they see its events a loop turn sooner)."""
+        if self._due:
+            self._turn()
+
     def _turn(self) -> None:
         """Write the pending batch at once if the journal can, else start the writer task."""
         self._due = False

@@ -123,6 +123,24 @@ async def test_hand_on_returns_once_the_readers_have_written_what_was_emitted() 
     await asyncio.wait_for(following, 1.0)
 
 
+async def test_hand_on_shows_what_was_emitted_without_waiting_for_the_loop_turns_end() -> None:
+    writer = Writer()
+    log = EventLog("run-6", "chat-6", journaling=Journaling(writer))
+    following = reader(log, [])
+    await turns()
+    seen_by_next: list[int] = []
+    asyncio.get_running_loop().call_soon(lambda: seen_by_next.append(log.visible))
+    out = log.scope()
+    out.emit(events.content_start("run-6_c_1"))
+    out.emit(events.content_delta("run-6_c_1", "first"))
+    assert log.visible == 0  # journaled at the end of the loop turn, as a rule
+    await log.hand_on()
+    # shown before what was due next in the loop ran, not at the end of its turn
+    assert seen_by_next == [2] and writer.batches == [[("event", "1"), ("event", "2")]]
+    log.finish(events.make("run_complete"))
+    await asyncio.wait_for(following, 1.0)
+
+
 async def test_hand_on_does_not_wait_for_a_stuck_reader_longer_than_its_bound() -> None:
     log = EventLog("run-4", "chat-4")
     stuck = asyncio.Event()
