@@ -21,7 +21,9 @@ import pytest
 from service.core import events
 from service.core.errors import ChatNotFound, StoreFailed
 from service.core.ids import ANONYMOUS, Principal
+from service.core.run.journal import JournalEntry, entries_of
 from service.state.postgres.chats import PostgresChatStore
+from service.state.postgres.journal import PostgresRunJournal
 from service.state.postgres.run_log import PostgresRunLog
 from service.state.postgres.schema import Migration, migrate, migrations, open_pool
 from service.state.postgres.uploads import PostgresUploadStore
@@ -412,3 +414,41 @@ async def test_reading_a_missing_chat_is_not_found(store: PostgresChatStore) -> 
         await store.read("nothing-here")
     await store.append("c", [])
     assert await store.summary("c") is None
+
+
+async def test_the_journals_events_go_on_a_kept_connection_taken_anew_once_cut(
+    postgres_dsn: str,
+) -> None:
+    journal = PostgresRunJournal(postgres_dsn, pool_size=2)
+    await journal.open()
+    admin = await asyncpg.connect(postgres_dsn)
+    run = "0123456789abcdef"
+    logged = [events.run_start("a"), *(events.content_delta("c_1", f"{n}") for n in range(5))]
+    for seq, event in enumerate(logged, 1):
+        event.seq, event.run_id, event.chat_id, event.type = seq, run, "c", "x"
+
+    async def writers() -> list[int]:
+        return [
+            row["pid"]
+            for row in await admin.fetch(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE query LIKE 'INSERT INTO journal_events%' AND pid <> pg_backend_pid()"
+            )
+        ]
+
+    try:
+        await journal.write([JournalEntry(run, "begin", "c", b"{}")])
+        for event in logged[:3]:  # one batch after the other: one connection writes them all
+            await journal.write(entries_of(run, [event]))
+        (kept,) = await writers()
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", kept)
+        await asyncio.sleep(0.2)  # the client sees its connection closed
+        for event in logged[3:]:
+            await journal.write(entries_of(run, [event]))
+        assert kept not in await writers()
+        loaded = await journal.load(run)
+        assert loaded is not None and loaded.events == logged
+    finally:
+        await admin.close()
+        async with asyncio.timeout(5):  # the kept connection goes back: the pool closes at once
+            await journal.close()

@@ -66,8 +66,9 @@ class PostgresRunJournal(PooledStore):
         """A batch of events alone (most batches: deltas), in one statement, one round
         trip: each event kept unless its run has resumed since its owner wrote it — the
         run's row is locked (`FOR SHARE`) as `write` locks it, so a resumption waits for
-        the batch, or the batch sees it."""
-        async with self.connection("could not write the runs' journal") as db:
+        the batch, or the batch sees it. Written on the store's kept connection, as a
+        batch follows another on every turn of the event loop while runs stream."""
+        async with self.kept_connection("could not write the runs' journal") as db:
             await db.execute(
                 "INSERT INTO journal_events (run_id, seq, event)"
                 " SELECT e.run_id, e.seq, e.event"

@@ -157,6 +157,10 @@ class PooledStore:
     on, for the server to confirm the cancel: a frozen server made a call fail after
     twice the time-out. A call cut short closes its connection at once instead (the
     server rolls back what it had begun), and the next call connects anew.
+
+    A call made on every turn of the event loop (the run journal's events) takes the
+    store's kept connection instead (`kept_connection`): taken from the pool once and
+    kept between calls, under the same deadline and failure handling.
     """
 
     #: What the store is, for the error of using it before `open`.
@@ -167,6 +171,8 @@ class PooledStore:
         self.pool_size = pool_size
         self.timeout_s = timeout_s
         self._pool: Pool | None = None
+        self._kept: Connection | None = None  # `kept_connection`'s, between its calls
+        self._kept_busy = False  # a call holds it
 
     @property
     def pool(self) -> Pool:
@@ -179,6 +185,10 @@ class PooledStore:
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        kept = self._kept
+        if kept is not None and not self._kept_busy:  # (a call under way gives it back)
+            self._kept = None
+            await _give_back(pool, kept, self.timeout_s)
         await close_pool(pool)
 
     @contextlib.asynccontextmanager
@@ -204,6 +214,59 @@ class PooledStore:
             await pool.release(connection, timeout=left)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
             log.warning("a PostgreSQL connection could not be reset, closed (%s)", error)
+
+    @contextlib.asynccontextmanager
+    async def kept_connection(self, what: str) -> AsyncIterator[Connection]:
+        """`connection` for a call made on every turn of the event loop: the store's kept
+        connection, taken from the pool by its first call and kept, so that each call
+        skips the pool's acquire and release (the release is a task of its own). The
+        same deadline (taking the connection, when it has none, and the statements
+        together) and the same failures: a call cut short or failed closes it, and the
+        next call takes another. A call made while another one holds it takes one from
+        the pool (`connection`)."""
+        if self._kept_busy:
+            async with self.connection(what) as connection:
+                yield connection
+            return
+        pool = self.pool
+        self._kept_busy = True
+        try:
+            with failures(what):
+                async with asyncio.timeout(self.timeout_s):
+                    connection = self._kept
+                    if connection is None or not _open(connection):
+                        self._kept = None
+                        connection = await pool.acquire()
+                        self._kept = connection
+                    try:
+                        yield connection
+                    except BaseException:
+                        self._kept = None
+                        with contextlib.suppress(asyncpg.InterfaceError):  # (gone already)
+                            connection.terminate()  # failed or cut short: not to be trusted
+                        raise
+        finally:
+            self._kept_busy = False
+        if self._pool is not pool and self._kept is connection:  # closed meanwhile
+            self._kept = None
+            await _give_back(pool, connection, self.timeout_s)
+
+
+def _open(connection: Connection) -> bool:
+    """Whether a kept connection is still open (one that closed went back to its pool)."""
+    try:
+        return not connection.is_closed()
+    except asyncpg.InterfaceError:  # released to its pool when it closed
+        return False
+
+
+async def _give_back(pool: Pool, connection: Connection, timeout_s: float) -> None:
+    """Release a kept connection to its pool (closed instead when that fails)."""
+    try:
+        await pool.release(connection, timeout=timeout_s)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as error:
+        log.warning("a PostgreSQL connection could not be reset, closed (%s)", error)
+        connection.terminate()
 
 
 @contextlib.contextmanager
