@@ -75,6 +75,7 @@ class PostgresRunJournal(PooledStore):
                 " FROM unnest($1::text[], $2::int[], $3::bytea[], $4::int[])"
                 "  AS e(run_id, seq, event, attempt)"
                 " JOIN journal_runs r ON r.run_id = e.run_id AND e.attempt >= r.attempts"
+                " WHERE r.run_id = ANY($1)"  # by the primary key, not a scan of every run
                 " ORDER BY e.run_id, e.seq"
                 " FOR SHARE OF r"
                 " ON CONFLICT (run_id, seq) DO UPDATE SET event = EXCLUDED.event",
