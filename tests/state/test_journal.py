@@ -243,6 +243,39 @@ async def test_the_files_journal_keeps_events_in_segments_and_moves_old_ones_to_
         await again.close()
 
 
+def test_the_events_of_many_runs_are_read_from_each_segment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `_settle` moves into the database: the events of the runs asked for, from the
+    segment each gives on, each segment read once for all of them (not once a run)."""
+    from service.state.files import segments as segment_files_module
+    from service.state.files.segments import Segments, record
+
+    monkeypatch.setattr(segment_files_module, "SEGMENT_BYTES", 2048)
+    segments = Segments(tmp_path)
+    segments.start()
+    for n in range(300):
+        run_id = f"run{n % 7}"
+        segments.append(record(run_id.encode(), n, f"event {n}".encode() * 8), [run_id])
+    last = segments.number
+    assert last > 5
+    since = {"run1": 1, "run3": 3, "run6": last - 1}
+    expected = {run_id: segments.read(run_id, first) for run_id, first in since.items()}
+    reads: list[int] = []
+    real = Segments.path
+
+    def path(self: Segments, number: int) -> Path:
+        reads.append(number)
+        return real(self, number)
+
+    monkeypatch.setattr(Segments, "path", path)
+    found = list(segments.read_runs(since, last))
+    assert sorted(reads) == list(range(1, last + 1))  # each segment once
+    assert {r: [(seq, data) for rid, seq, data in found if rid == r] for r in since} == expected
+    assert all(expected.values())
+    segments.close()
+
+
 async def test_a_torn_record_ends_what_is_read_of_its_segment(tmp_path: Path) -> None:
     """A power cut may leave the last write of a segment cut short: the next start keeps
     every whole record before it, and the run's journal reads as it was written."""

@@ -315,12 +315,8 @@ class FileRunJournal:
         try:
             old = segments.old()
             upto = segments.number - 1  # the newest segment closed
-            if old:
-                self._insert_events(
-                    (run_id, seq, data)
-                    for run_id, since in old.items()
-                    for seq, data in segments.read(run_id, since, upto)
-                )
+            if old:  # (each segment read once for all the runs: not once a run)
+                self._insert_events(segments.read_runs(old, upto))
                 segments.settled(old, upto)
             segments.drop()
         except (OSError, sqlite3.Error, RuntimeError) as error:  # tried again at the next

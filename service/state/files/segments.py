@@ -180,12 +180,12 @@ class Segments:
             self._first.pop(run_id, None)
             self._ended.discard(run_id)
 
-    def read(self, run_id: str, since: int, upto: int | None = None) -> list[tuple[int, bytes]]:
-        """(seq, bytes) of the events of `run_id` in the segments from `since` on (up to
-        `upto`; on the thread)."""
+    def read(self, run_id: str, since: int) -> list[tuple[int, bytes]]:
+        """(seq, bytes) of the events of `run_id` in the segments from `since` on (on the
+        thread)."""
         wanted = run_id.encode()
         found: list[tuple[int, bytes]] = []
-        for number in range(since, (self.number if upto is None else upto) + 1):
+        for number in range(since, self.number + 1):
             try:
                 data = self.path(number).read_bytes()
             except FileNotFoundError:
@@ -194,6 +194,22 @@ class Segments:
                 continue
             found.extend((seq, event) for rid, seq, event in records(data) if rid == run_id)
         return found
+
+    def read_runs(self, since: dict[str, int], upto: int) -> Iterator[tuple[str, int, bytes]]:
+        """(run id, seq, bytes) of the events of the runs of `since`, each from the segment
+        `since` gives on, up to segment `upto`: each segment read once, whatever the number
+        of runs (on the thread)."""
+        if not since:
+            return
+        for number in range(min(since.values()), upto + 1):
+            try:
+                data = self.path(number).read_bytes()
+            except FileNotFoundError:
+                continue
+            for run_id, seq, event in records(data):
+                first = since.get(run_id)
+                if first is not None and first <= number:
+                    yield run_id, seq, event
 
     def old(self) -> dict[str, int]:
         """The runs with events in a segment older than the last `KEEP_SEGMENTS`, and the
