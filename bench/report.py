@@ -289,7 +289,13 @@ def _context(results: dict[str, Any]) -> str:
         f"{streams} streams × {sizes['load_deltas']} deltas, "
         f"{sizes['load_interval_ms']:g} ms apart ({offered:,.0f} deltas/s offered: one step "
         f"below the highest step both the {common} sustained, at most {sizes['load_streams']} "
-        f"streams). Paced "
+        f"streams"
+        + (
+            f"; run again lower, as {meta['load_first_streams']} streams were not sustained"
+            if meta.get("load_first_streams", streams) != streams
+            else ""
+        )
+        + "). Paced "
         f"streams start spread over {sizes['stagger_ms']:g} ms. Light paced: "
         f"{sizes['latency_streams']} × {sizes['latency_deltas']} deltas "
         f"{sizes['latency_interval_ms']:g} ms apart. Bulk: {sizes['bulk_streams']} × "
