@@ -27,6 +27,18 @@ from tests.transport.test_query import error_info
 
 ROOT = Path(__file__).resolve().parents[2]
 OPEN = [*HEAD, "content.start", "content.delta"]  # a run streaming its first answer
+#: One run resumed once after its first delta, as its client sees it: the interrupted
+#: turn's block closed, `run.resume`, then the turn asked again.
+RESUMED = [
+    *OPEN,
+    "content.end",
+    "run.resume",
+    "content.start",
+    "content.delta",
+    "content.delta",
+    "content.end",
+    "run.complete",
+]
 LOST = ["content.end", "run.error"]  # how a follower sees it end when its replica is lost
 
 

@@ -200,3 +200,19 @@ async def test_a_changed_view_file_reloads_the_tools_that_name_it(tmp_path: Path
     finally:
         stop.set()
         await asyncio.wait_for(watch, 5)
+
+
+def test_a_stage_keeps_its_tools_until_a_source_changes(tmp_path: Path) -> None:
+    path = write(tmp_path, "ui.action", tool("theme", "Old."))
+    tools = registry(tmp_path)
+    stage = stage_of(
+        {"mode": "ONESHOT", "plain": {"systemPrompt": "P"}, "toolConfig": {"actions": ["theme"]}},
+        "plain",
+    )
+    first = tools.for_stage(stage)
+    assert tools.for_stage(stage) is first  # checked at the query, asked again by the run
+    assert tools.for_stage(stage, "DISALLOW") is not first
+    path.write_text(json.dumps({"tools": [tool("theme", "New.")]}))
+    tools.load_all()
+    again = tools.for_stage(stage)
+    assert again is not first and again.by_name["theme"].description == "New."
