@@ -479,10 +479,15 @@ class RunLifecycle:
         task.add_done_callback(self._finishing.discard)
 
     async def _hand_over(self, run: RunState) -> None:
-        """Once its journal has everything, let the bus give the run to another replica."""
+        """Once its journal has everything and its chat the records sent, let the bus give
+        the run to another replica (which counts the chat's records of the run: one still
+        being written would be written again)."""
         try:
             if self._journaling is not None:
                 await self._journaling.flush()
+            recorder = self._recorders.get(run.chat_id)  # (the chat's run is this one)
+            if recorder is not None:
+                await recorder.written()
             await self.bus.hand_over(run)
         except Exception:
             log.exception("could not hand run %s over", run.run_id)

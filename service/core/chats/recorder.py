@@ -241,6 +241,11 @@ class ChatRecorder:
         the run's turn observers) and now runs again."""
         self.run.observe_turns(self._on_turn)
 
+    async def written(self) -> None:
+        """Wait until the records sent so far are written (or failed)."""
+        if self._writes:
+            await asyncio.gather(*self._writes)
+
     async def closed(self) -> None:
         """Wait until everything of the run is written and synced."""
         await self._ended.wait()
